@@ -1,0 +1,291 @@
+"""Settings: YAML file + environment → typed, validated settings.
+
+Every error names the key that is wrong and says what to write instead, because a gateway that
+starts with a silently ignored typo is worse than one that refuses to start.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+
+
+class ConfigError(Exception):
+    """A configuration problem, worded for the person who has to fix it."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Listen(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(8787, ge=1, le=65535)
+    # Without client keys the gateway is an open relay for the upstream keys it holds, so binding
+    # beyond loopback needs this said out loud.
+    allow_unauthenticated: bool = False
+
+
+class Timeouts(_Strict):
+    connect: float = Field(10.0, gt=0, description="seconds for DNS + TCP + TLS of a new connection")
+    first_byte: float = Field(600.0, gt=0, description="seconds from request sent to first response byte")
+    idle: float = Field(300.0, gt=0, description="seconds allowed between two chunks of a response")
+
+
+class Pool(_Strict):
+    warm: int = Field(2, ge=0, le=256, description="connections opened at start-up and kept warm")
+    max: int = Field(256, ge=1, description="most connections open to this upstream at once")
+    refresh_s: float = Field(20.0, gt=0, description="idle seconds after which warm connections are exercised")
+    keepalive_s: float = Field(60.0, gt=0, description="how long an idle connection is kept by us")
+
+
+class Upstream(_Strict):
+    url: str
+    api: Literal["openai", "anthropic", "azure"] = "openai"
+    key: SecretStr | None = None
+    region: str | None = None
+    api_version: str | None = None  # azure: api-version query parameter; anthropic: anthropic-version header
+    headers: dict[str, str] = Field(default_factory=dict)
+    models: list[str] = Field(default_factory=list, description="models it serves, if it cannot list them")
+    stream_usage: bool = True  # ask for stream_options.include_usage (a few servers reject it)
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+    pool: Pool = Field(default_factory=Pool)
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError(f"must be an http:// or https:// URL, got {value!r}")
+        return value.rstrip("/")
+
+
+class ClientKey(_Strict):
+    name: str = Field(min_length=1)
+    key: SecretStr
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, value: SecretStr) -> SecretStr:
+        if len(value.get_secret_value()) < 8:
+            raise ValueError("must be at least 8 characters")
+        return value
+
+
+class Cache(_Strict):
+    backend: Literal["sqlite", "redis", "memory", "none"] = "sqlite"
+    path: str = "firsttoken-cache.db"
+    url: str | None = None
+    semantic: bool = True
+    ttl: int = Field(86400, ge=0)
+
+
+class Limits(_Strict):
+    max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024)
+
+
+class Streaming(_Strict):
+    heartbeat_s: float = Field(5.0, gt=0, description="SSE comment interval while waiting for the first token")
+
+
+class Settings(_Strict):
+    listen: Listen = Field(default_factory=Listen)
+    location: str | None = None
+    upstreams: dict[str, Upstream] = Field(default_factory=dict)
+    models: dict[str, list[str]] = Field(default_factory=dict)
+    keys: list[ClientKey] = Field(default_factory=list)
+    cache: Cache | None = None
+    limits: Limits = Field(default_factory=Limits)
+    streaming: Streaming = Field(default_factory=Streaming)
+    source: str = Field("defaults", exclude=True)  # where the settings came from, for the start-up banner
+
+    @field_validator("upstreams")
+    @classmethod
+    def _upstream_names(cls, value: dict[str, Upstream]) -> dict[str, Upstream]:
+        for name in value:
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+                raise ValueError(f"upstream name {name!r} may hold only letters, digits, '-', '_' and '.'")
+        return value
+
+    @model_validator(mode="after")
+    def _targets_exist(self) -> Settings:
+        for alias, targets in self.models.items():
+            if not targets:
+                raise ValueError(f"models.{alias}: give at least one target like 'openai/gpt-4o-mini'")
+            for target in targets:
+                upstream, _, model = target.partition("/")
+                if not model:
+                    raise ValueError(f"models.{alias}: target {target!r} must be 'upstream/model'")
+                if upstream not in self.upstreams:
+                    known = ", ".join(sorted(self.upstreams)) or "none"
+                    raise ValueError(
+                        f"models.{alias}: target {target!r} names upstream {upstream!r}, "
+                        f"which is not under upstreams (known: {known})"
+                    )
+        names = [k.name for k in self.keys]
+        if len(names) != len(set(names)):
+            raise ValueError("keys: each client key needs its own name")
+        return self
+
+    @property
+    def loopback_only(self) -> bool:
+        return is_loopback(self.listen.host)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+# --- environment expansion ----------------------------------------------------------------------
+
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def expand_env(node: Any, environ: dict[str, str], path: str = "") -> Any:
+    """Replace ${NAME} and ${NAME:-default} in every string of a parsed YAML tree."""
+    if isinstance(node, dict):
+        return {k: expand_env(v, environ, f"{path}.{k}" if path else str(k)) for k, v in node.items()}
+    if isinstance(node, list):
+        return [expand_env(v, environ, f"{path}[{i}]") for i, v in enumerate(node)]
+    if not isinstance(node, str):
+        return node
+
+    def substitute(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        if name in environ:
+            return environ[name]
+        if default is not None:
+            return default
+        raise ConfigError(f"{path}: environment variable {name} is not set (set it, or write ${{{name}:-default}})")
+
+    return _ENV_REF.sub(substitute, node)
+
+
+# --- auto-configuration from the usual provider variables ---------------------------------------
+
+# (variable, upstream name, base URL, wire format, region of its serving GPUs)
+PROVIDER_ENV: tuple[tuple[str, str, str, str, str], ...] = (
+    ("OPENAI_API_KEY", "openai", "https://api.openai.com/v1", "openai", "azure:eastus"),
+    ("ANTHROPIC_API_KEY", "anthropic", "https://api.anthropic.com/v1", "anthropic", "gcp:us-east5"),
+    ("GROQ_API_KEY", "groq", "https://api.groq.com/openai/v1", "openai", "aws:us-east-1"),
+    ("OPENROUTER_API_KEY", "openrouter", "https://openrouter.ai/api/v1", "openai", "aws:us-east-1"),
+    ("TOGETHER_API_KEY", "together", "https://api.together.xyz/v1", "openai", "aws:us-west-2"),
+    ("MISTRAL_API_KEY", "mistral", "https://api.mistral.ai/v1", "openai", "azure:swedencentral"),
+    ("DEEPSEEK_API_KEY", "deepseek", "https://api.deepseek.com/v1", "openai", "aws:ap-southeast-1"),
+    ("GEMINI_API_KEY", "gemini", "https://generativelanguage.googleapis.com/v1beta/openai", "openai", "gcp:us-central1"),
+)
+
+
+def from_environment(environ: dict[str, str]) -> dict[str, Any]:
+    upstreams: dict[str, Any] = {}
+    for variable, name, url, api, region in PROVIDER_ENV:
+        if environ.get(variable):
+            upstreams[name] = {"url": url, "api": api, "key": environ[variable], "region": region}
+    return {"upstreams": upstreams}
+
+
+NOTHING_CONFIGURED = """\
+No upstream is configured. Set a provider key in the environment (OPENAI_API_KEY, ANTHROPIC_API_KEY,
+GROQ_API_KEY, OPENROUTER_API_KEY, TOGETHER_API_KEY, MISTRAL_API_KEY, DEEPSEEK_API_KEY or GEMINI_API_KEY)
+and run `firsttoken serve` again, or write a firsttoken.yaml with an `upstreams:` entry such as
+`local: {url: http://127.0.0.1:8000/v1, api: openai}` for any OpenAI-compatible server (vLLM, Ollama,
+llama.cpp) and pass it with --config."""
+
+
+# --- loading ------------------------------------------------------------------------------------
+
+def load(path: str | Path | None = None, environ: dict[str, str] | None = None,
+         overrides: dict[str, Any] | None = None) -> Settings:
+    """Settings from a YAML file, or from provider variables when there is none."""
+    environ = dict(os.environ if environ is None else environ)
+    if path is None and environ.get("FIRSTTOKEN_CONFIG"):
+        path = environ["FIRSTTOKEN_CONFIG"]
+    if path is None and Path("firsttoken.yaml").is_file():
+        path = "firsttoken.yaml"
+    if path is not None:
+        path = Path(path)
+        try:
+            raw = yaml.safe_load(path.read_text()) or {}
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: no such file") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping of keys such as upstreams:, models:")
+        tree = expand_env(raw, environ)
+        source = str(path)
+    else:
+        tree = from_environment(environ)
+        source = "environment"
+    for dotted, value in (overrides or {}).items():
+        _set_dotted(tree, dotted, value)
+    tree["source"] = source
+    return validate(tree, source)
+
+
+def validate(tree: dict[str, Any], source: str = "config") -> Settings:
+    try:
+        return Settings.model_validate(tree)
+    except ValidationError as exc:
+        raise ConfigError(f"{source}: " + "; ".join(_describe(e) for e in exc.errors())) from None
+
+
+def _describe(error: Any) -> str:
+    where = ".".join(str(p) for p in error["loc"]) or "top level"
+    if error["type"] == "extra_forbidden":
+        parent = error["loc"][:-1]
+        return f"unknown key {where!r} (check the spelling; {_known_keys(parent)})"
+    if error["type"] == "missing":
+        return f"{where}: required key is missing"
+    message = error["msg"].removeprefix("Value error, ")
+    return f"{where}: {message}"
+
+
+def _known_keys(parent: tuple[Any, ...]) -> str:
+    model = _model_at(parent)
+    if model is None:
+        return "see the README for the keys"
+    return "known keys here: " + ", ".join(k for k in model.model_fields if k != "source")
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The settings model found by following an error location (through dicts, lists, optionals)."""
+    current: Any = Settings
+    for part in loc:
+        current = _unwrap(current)
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            field = current.model_fields.get(str(part))
+            if field is None:
+                return None
+            current = field.annotation
+        else:  # dict[str, X] or list[X]: step into the value type
+            args = getattr(current, "__args__", ())
+            current = args[-1] if args else None
+    current = _unwrap(current)
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _unwrap(annotation: Any) -> Any:
+    """X | None → X."""
+    args = [a for a in getattr(annotation, "__args__", ()) if a is not type(None)]
+    if type(None) in getattr(annotation, "__args__", ()) and len(args) == 1:
+        return args[0]
+    return annotation
+
+
+def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, last = dotted.split(".")
+    node = tree
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[last] = value

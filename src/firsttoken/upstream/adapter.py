@@ -1,0 +1,74 @@
+"""What an upstream adapter is: the request to send for each operation, and how to read the answer.
+
+Adapters only shape requests and translate answers; the bytes move through the warm pool.
+The OpenAI wire format is the gateway's own, so its adapter passes streams through untouched
+and others translate each event into OpenAI chunks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from firsttoken.config import Upstream
+from firsttoken.errors import GatewayError, upstream_status_error
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamRequest:
+    url: str
+    headers: dict[str, str]
+    data: bytes
+
+
+class StreamTranslator(Protocol):
+    """Turns one upstream SSE event into zero or more OpenAI SSE events (each ending in a blank line)."""
+
+    def feed(self, event: bytes) -> list[bytes]: ...
+
+    def finish(self) -> list[bytes]:
+        """Events owed at the end of the upstream stream (for example the final `data: [DONE]`)."""
+        ...
+
+
+class Adapter:
+    """Base for adapters; subclasses say how each operation looks on their wire."""
+
+    api = "base"
+    probe_lists_models = True  # whether the probe's answer is the list of models a client may name
+
+    def __init__(self, name: str, settings: Upstream) -> None:
+        self.name = name
+        self.settings = settings
+        self._secret = settings.key.get_secret_value() if settings.key is not None else ""
+
+    def chat(self, body: dict[str, Any], model: str, stream: bool) -> UpstreamRequest:
+        raise NotImplementedError
+
+    def chat_response(self, body: bytes) -> bytes:
+        """A non-streaming answer in OpenAI's shape."""
+        return body
+
+    def stream_translator(self, include_usage: bool) -> StreamTranslator | None:
+        """None means the stream is already OpenAI's and passes through byte for byte."""
+        return None
+
+    def embeddings(self, body: dict[str, Any], model: str) -> UpstreamRequest:
+        raise GatewayError(400, f"upstream {self.name} ({self.api}) has no embeddings endpoint; "
+                                f"route embeddings to an OpenAI-compatible upstream", param="model")
+
+    def probe(self) -> tuple[str, dict[str, str]]:
+        """A cheap authenticated GET that keeps a connection warm and, where it can, lists models."""
+        raise NotImplementedError
+
+    def error(self, status: int, body: bytes) -> GatewayError:
+        return upstream_status_error(status, self.scrub(body), self.name)
+
+    def scrub(self, data: bytes) -> bytes:
+        """Remove our upstream key from anything the upstream echoes back (some echo it in errors)."""
+        if self._secret and self._secret.encode() in data:
+            return data.replace(self._secret.encode(), b"[redacted]")
+        return data
+
+    def _headers(self, auth: dict[str, str]) -> dict[str, str]:
+        return {"Content-Type": "application/json", "Accept-Encoding": "identity", **self.settings.headers, **auth}

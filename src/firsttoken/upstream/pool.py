@@ -1,0 +1,180 @@
+"""The warm pool: one keep-alive connection pool per upstream, opened at start-up and kept warm.
+
+A client request should never pay DNS + TCP + TLS across an ocean. The pool opens `pool.warm`
+connections before the gateway reports ready, and every `pool.refresh_s` it exercises them again
+with a cheap request (traffic alone keeps only the most recently used connection fresh), so neither
+side's keep-alive timer expires. aiohttp owns the sockets; this module owns when they are opened and what they cost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import aiohttp
+
+from firsttoken.config import Upstream
+
+log = logging.getLogger("firsttoken.pool")
+
+
+class ConnectTiming:
+    """How the connection for one request was obtained; filled in by aiohttp's trace hooks."""
+
+    __slots__ = ("reused", "connect_start", "connect_ms", "dns_start", "dns_ms")
+
+    def __init__(self) -> None:
+        self.reused = False
+        self.connect_start = 0.0
+        self.connect_ms = 0.0
+        self.dns_start = 0.0
+        self.dns_ms = 0.0
+
+
+async def _on_create_start(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:
+    timing = ctx.trace_request_ctx
+    if timing is not None:
+        timing.connect_start = time.perf_counter()
+
+
+async def _on_create_end(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:
+    timing = ctx.trace_request_ctx
+    if timing is not None:
+        timing.connect_ms = (time.perf_counter() - timing.connect_start) * 1000.0
+
+
+async def _on_reuse(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:
+    timing = ctx.trace_request_ctx
+    if timing is not None:
+        timing.reused = True
+
+
+async def _on_dns_start(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:
+    timing = ctx.trace_request_ctx
+    if timing is not None:
+        timing.dns_start = time.perf_counter()
+
+
+async def _on_dns_end(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:
+    timing = ctx.trace_request_ctx
+    if timing is not None:
+        timing.dns_ms = (time.perf_counter() - timing.dns_start) * 1000.0
+
+
+def _trace_config() -> aiohttp.TraceConfig:
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_create_start.append(_on_create_start)
+    trace.on_connection_create_end.append(_on_create_end)
+    trace.on_connection_reuseconn.append(_on_reuse)
+    trace.on_dns_resolvehost_start.append(_on_dns_start)
+    trace.on_dns_resolvehost_end.append(_on_dns_end)
+    return trace
+
+
+@dataclass
+class PoolState:
+    warm: bool = False
+    attempted: bool = False
+    last_error: str | None = None
+    warmed_at: float = 0.0
+    connections_opened: int = 0
+    models: list[str] = field(default_factory=list)
+
+
+class WarmPool:
+    """The connections to one upstream and the task that keeps them warm."""
+
+    def __init__(self, name: str, settings: Upstream, probe: tuple[str, dict[str, str]]) -> None:
+        self.name = name
+        self.settings = settings
+        self.probe_url, self.probe_headers = probe
+        self.state = PoolState()
+        self.session: aiohttp.ClientSession | None = None
+        self._refresher: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        pool = self.settings.pool
+        connector = aiohttp.TCPConnector(
+            limit=pool.max, limit_per_host=pool.max, keepalive_timeout=pool.keepalive_s,
+            ttl_dns_cache=300, enable_cleanup_closed=True,
+        )
+        self.session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(total=None, connect=self.settings.timeouts.connect, sock_read=None),
+            trace_configs=[_trace_config()],
+            auto_decompress=False,  # bytes pass through as the upstream sent them
+            skip_auto_headers=("User-Agent",),
+        )
+        self._refresher = asyncio.create_task(self._keep_warm(), name=f"warm:{self.name}")
+
+    async def close(self) -> None:
+        if self._refresher is not None:
+            self._refresher.cancel()
+            try:
+                await self._refresher
+            except asyncio.CancelledError:
+                pass
+        if self.session is not None:
+            await self.session.close()
+
+    async def warm(self) -> None:
+        """Open (or exercise) `pool.warm` connections at once: concurrent probes take one each."""
+        count = self.settings.pool.warm
+        if count == 0 or self.session is None:
+            self.state.attempted = True
+            self.state.warm = count == 0
+            return
+        timings = [ConnectTiming() for _ in range(count)]
+        results = await asyncio.gather(*(self._probe(t) for t in timings), return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        self.state.connections_opened += sum(1 for t in timings if not t.reused and t.connect_ms > 0)
+        self.state.attempted = True
+        self.state.warm = len(errors) < count
+        if errors:
+            self.state.last_error = _describe(errors[0])
+        if self.state.warm:
+            self.state.warmed_at = time.monotonic()
+        else:
+            log.warning("upstream %s: could not open a warm connection: %s", self.name, self.state.last_error)
+
+    async def _probe(self, timing: ConnectTiming) -> None:
+        assert self.session is not None
+        async with self.session.get(self.probe_url, headers=self.probe_headers, trace_request_ctx=timing,
+                                    timeout=aiohttp.ClientTimeout(total=self.settings.timeouts.connect * 2)) as resp:
+            body = await resp.read()
+            if resp.status == 200 and not self.state.models:
+                self.state.models = _model_ids(body)
+            elif resp.status in (401, 403):
+                self.state.last_error = f"the upstream refused the key (HTTP {resp.status})"
+
+    async def _keep_warm(self) -> None:
+        refresh = self.settings.pool.refresh_s
+        try:
+            while True:
+                await self.warm()
+                await asyncio.sleep(refresh if self.state.warm else min(refresh, 5.0))
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the warmer must never die silently; log and let readiness show it
+            log.exception("upstream %s: keep-warm task failed", self.name)
+            self.state.warm = False
+
+
+def _model_ids(body: bytes) -> list[str]:
+    import orjson
+
+    try:
+        data = orjson.loads(body).get("data", [])
+        return [str(m["id"]) for m in data if isinstance(m, dict) and "id" in m]
+    except (orjson.JSONDecodeError, AttributeError, TypeError):
+        return []
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, asyncio.TimeoutError):
+        return "timed out"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
