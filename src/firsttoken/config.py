@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, ValidationError, field_validator, model_validator
 
 
 class ConfigError(Exception):
@@ -102,7 +102,7 @@ class Settings(_Strict):
     cache: Cache | None = None
     limits: Limits = Field(default_factory=Limits)
     streaming: Streaming = Field(default_factory=Streaming)
-    source: str = Field("defaults", exclude=True)  # where the settings came from, for the start-up banner
+    _source: str = PrivateAttr("defaults")  # where the settings came from, for the start-up banner
 
     @field_validator("upstreams")
     @classmethod
@@ -131,6 +131,10 @@ class Settings(_Strict):
         if len(names) != len(set(names)):
             raise ValueError("keys: each client key needs its own name")
         return self
+
+    @property
+    def source(self) -> str:
+        return self._source
 
     @property
     def loopback_only(self) -> bool:
@@ -229,8 +233,9 @@ def load(path: str | Path | None = None, environ: dict[str, str] | None = None,
         source = "environment"
     for dotted, value in (overrides or {}).items():
         _set_dotted(tree, dotted, value)
-    tree["source"] = source
-    return validate(tree, source)
+    settings = validate(tree, source)
+    settings._source = source
+    return settings
 
 
 def validate(tree: dict[str, Any], source: str = "config") -> Settings:
@@ -255,7 +260,7 @@ def _known_keys(parent: tuple[Any, ...]) -> str:
     model = _model_at(parent)
     if model is None:
         return "see the README for the keys"
-    return "known keys here: " + ", ".join(k for k in model.model_fields if k != "source")
+    return "known keys here: " + ", ".join(model.model_fields)
 
 
 def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:

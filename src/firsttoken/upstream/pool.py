@@ -95,6 +95,7 @@ class WarmPool:
         self.state = PoolState()
         self.session: aiohttp.ClientSession | None = None
         self._refresher: asyncio.Task[None] | None = None
+        self._releasing: dict[aiohttp.ClientResponse, asyncio.Task[None]] = {}
 
     async def start(self) -> None:
         pool = self.settings.pool
@@ -112,14 +113,37 @@ class WarmPool:
         self._refresher = asyncio.create_task(self._keep_warm(), name=f"warm:{self.name}")
 
     async def close(self) -> None:
-        if self._refresher is not None:
-            self._refresher.cancel()
-            try:
-                await self._refresher
-            except asyncio.CancelledError:
-                pass
+        tasks = [t for t in (self._refresher, *self._releasing.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         if self.session is not None:
             await self.session.close()
+
+    def release_later(self, response: aiohttp.ClientResponse) -> None:
+        """Give a finished stream's connection back once its last bytes (the end of the chunked body,
+        after `[DONE]`) are read, instead of closing it half-read; off the request's own path."""
+        if len(self._releasing) >= self.settings.pool.max:  # a bound: close rather than queue
+            response.close()
+            return
+        task = asyncio.get_running_loop().create_task(self._drain(response))
+        self._releasing[response] = task
+        task.add_done_callback(lambda _t: self._releasing.pop(response, None))
+
+    def releasing(self, response: aiohttp.ClientResponse) -> bool:
+        return response in self._releasing
+
+    async def _drain(self, response: aiohttp.ClientResponse) -> None:
+        try:
+            async with asyncio.timeout(self.settings.timeouts.connect):
+                while await response.content.readany():
+                    pass
+            response.release()
+        except (TimeoutError, aiohttp.ClientError, OSError):
+            response.close()
+        except asyncio.CancelledError:
+            response.close()
+            raise
 
     async def warm(self) -> None:
         """Open (or exercise) `pool.warm` connections at once: concurrent probes take one each."""

@@ -1,0 +1,95 @@
+"""The `firsttoken` command."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any
+
+import click
+from rich.console import Console
+
+from firsttoken import __version__
+from firsttoken import config as config_module
+from firsttoken.config import NOTHING_CONFIGURED, ConfigError, Settings
+
+err = Console(stderr=True, highlight=False)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="firsttoken")
+def main() -> None:
+    """firsttoken: the LLM gateway at the near end of the journey."""
+
+
+@main.command()
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="firsttoken.yaml to use (default: $FIRSTTOKEN_CONFIG, ./firsttoken.yaml, or provider keys "
+                   "from the environment).")
+@click.option("--host", default=None, help="Address to listen on (default 127.0.0.1).")
+@click.option("--port", type=int, default=None, help="Port to listen on (default 8787).")
+@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Worker processes sharing the port.")
+def serve(config_path: str | None, host: str | None, port: int | None, workers: int) -> None:
+    """Run the gateway."""
+    overrides: dict[str, Any] = {}
+    if host is not None:
+        overrides["listen.host"] = host
+    if port is not None:
+        overrides["listen.port"] = port
+    try:
+        settings = config_module.load(config_path, overrides=overrides)
+    except ConfigError as exc:
+        err.print(f"[bold red]firsttoken: configuration error[/]\n{exc}", markup=True, soft_wrap=True)
+        sys.exit(2)
+    if not settings.upstreams:
+        err.print(NOTHING_CONFIGURED, markup=False)
+        sys.exit(2)
+    if not settings.loopback_only and not settings.keys and not settings.listen.allow_unauthenticated:
+        err.print(f"firsttoken: refusing to listen on {settings.listen.host} without client keys: anyone who "
+                  f"can reach it could spend your upstream keys. Add `keys:` to the config, listen on "
+                  f"127.0.0.1, or set listen.allow_unauthenticated: true if something else guards it.",
+                  markup=False, soft_wrap=True)
+        sys.exit(2)
+    _banner(settings, workers)
+    _run(settings, config_path, workers)
+
+
+def _banner(settings: Settings, workers: int) -> None:
+    listen = settings.listen
+    err.print(f"[bold]firsttoken {__version__}[/] listening on http://{listen.host}:{listen.port}/v1 "
+              f"({workers} worker{'s' if workers > 1 else ''}; settings from {settings.source})")
+    for name, upstream in settings.upstreams.items():
+        region = f", GPUs in {upstream.region}" if upstream.region else ""
+        err.print(f"  upstream [cyan]{name}[/]: {upstream.api} at {upstream.url}{region}")
+    for alias, targets in settings.models.items():
+        err.print(f"  model [cyan]{alias}[/] → {', '.join(targets)}")
+    if settings.keys:
+        err.print(f"  client keys: {', '.join(k.name for k in settings.keys)}")
+    if settings.cache is not None:
+        err.print("  cache: configured, but the edge cache is not part of this version; requests bypass it")
+
+
+def _run(settings: Settings, config_path: str | None, workers: int) -> None:
+    import uvicorn
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    options: dict[str, Any] = dict(host=settings.listen.host, port=settings.listen.port, http="httptools",
+                                   loop="uvloop", lifespan="on", access_log=False, log_level="warning",
+                                   timeout_keep_alive=75, server_header=False, date_header=False)
+    if workers == 1:
+        from firsttoken.server.app import create_app
+
+        uvicorn.run(create_app(settings), **options)
+        return
+    # Each worker builds its own gateway (its own pools and loop) from the same settings.
+    if config_path:
+        os.environ["FIRSTTOKEN_CONFIG"] = os.path.abspath(config_path)
+    os.environ["FIRSTTOKEN_HOST"] = settings.listen.host
+    os.environ["FIRSTTOKEN_PORT"] = str(settings.listen.port)
+    uvicorn.run("firsttoken.server.app:app_from_environment", factory=True, workers=workers, **options)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The journey of a request: its timeline and what each phase cost."""

@@ -1,0 +1,1 @@
+"""Routing: which upstream and model answer a request."""

@@ -1,0 +1,1 @@
+"""The HTTP face of the gateway: an ASGI application served by uvicorn."""

@@ -1,0 +1,178 @@
+"""The gateway as an ASGI application: routes, lifespan, and the wiring of its parts."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from firsttoken import config as config_module
+from firsttoken.config import Settings
+from firsttoken.errors import GatewayError, bad_request
+from firsttoken.journey.timeline import Timeline
+from firsttoken.routing.targets import Target, TargetResolver
+from firsttoken.server import validate
+from firsttoken.server.auth import ClientKeys
+from firsttoken.server.forward import StreamForwarder, client_wants_usage, forward_complete, response_headers
+from firsttoken.server.http import ClientDisconnected, Headers, Receive, Scope, Send, read_body, send_error, send_json
+from firsttoken.upstream.registry import UpstreamLink, Upstreams
+
+log = logging.getLogger("firsttoken.server")
+
+Handler = Callable[[Scope, Receive, Send, Headers, Timeline], Awaitable[None]]
+
+
+class Gateway:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.upstreams = Upstreams(settings.upstreams)
+        self.resolver = TargetResolver(settings, self.upstreams.listed_models)
+        self.keys = ClientKeys(settings.keys)
+        self.max_body = settings.limits.max_body_bytes
+        self.heartbeat_s = settings.streaming.heartbeat_s
+        # Paths with and without the /v1 prefix: some clients are configured with a bare base URL.
+        self.routes: dict[str, dict[str, Handler]] = {}
+        for path, method, handler in (
+            ("/chat/completions", "POST", self.chat_completions),
+            ("/embeddings", "POST", self.embeddings),
+            ("/models", "GET", self.models),
+        ):
+            self.routes.setdefault(f"/v1{path}", {})[method] = handler
+            self.routes.setdefault(path, {})[method] = handler
+        self.routes["/healthz"] = {"GET": self.healthz}
+        self.routes["/readyz"] = {"GET": self.readyz}
+
+    # --- ASGI --------------------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            await self._http(scope, receive, send)
+        elif scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self.upstreams.start()
+                except Exception as exc:  # reported to the server, which refuses to start
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.upstreams.close()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        timeline = Timeline()
+        base: Headers = [(b"x-request-id", f"req_{uuid.uuid4().hex}".encode())]
+        methods = self.routes.get(scope["path"])
+        try:
+            if methods is None:
+                raise GatewayError(404, f"No route {scope['path']}; this gateway serves /v1/chat/completions, "
+                                        f"/v1/embeddings and /v1/models.", code="unknown_route")
+            handler = methods.get(scope["method"])
+            if handler is None:
+                raise GatewayError(405, f"{scope['method']} is not allowed on {scope['path']}; use "
+                                        f"{', '.join(methods)}.", code="method_not_allowed",
+                                   headers={"allow": ", ".join(methods)})
+            await handler(scope, receive, send, base, timeline)
+        except GatewayError as error:
+            await send_error(send, error, base)
+        except ClientDisconnected:
+            pass
+
+    # --- endpoints ---------------------------------------------------------------------------
+
+    async def chat_completions(self, scope: Scope, receive: Receive, send: Send, base: Headers,
+                               timeline: Timeline) -> None:
+        self.keys.tenant(scope)
+        body = validate.parse_json_object(await read_body(scope, receive, self.max_body))
+        model, stream = validate.chat_request(body)
+        targets = self.resolver.resolve(model)
+
+        def build(link: UpstreamLink, target: Target) -> Any:
+            return link.adapter.chat(body, target.model, stream)
+
+        if stream:
+            forwarder = StreamForwarder(self.upstreams, targets, build, send, base, timeline,
+                                        client_wants_usage=client_wants_usage(body), heartbeat_s=self.heartbeat_s)
+            await until_disconnect(receive, forwarder.run())
+        else:
+            await until_disconnect(receive, forward_complete(
+                self.upstreams, targets, build, lambda link, data: link.adapter.chat_response(data),
+                send, base, timeline))
+
+    async def embeddings(self, scope: Scope, receive: Receive, send: Send, base: Headers,
+                         timeline: Timeline) -> None:
+        self.keys.tenant(scope)
+        body = validate.parse_json_object(await read_body(scope, receive, self.max_body))
+        targets = self.resolver.resolve(validate.embeddings_request(body))
+        await until_disconnect(receive, forward_complete(
+            self.upstreams, targets, lambda link, target: link.adapter.embeddings(body, target.model),
+            lambda link, data: data, send, base, timeline))
+
+    async def models(self, scope: Scope, receive: Receive, send: Send, base: Headers, timeline: Timeline) -> None:
+        self.keys.tenant(scope)
+        data = [{"id": alias, "object": "model", "created": 0, "owned_by": "firsttoken",
+                 "targets": [t.label for t in targets]} for alias, targets in self.resolver.aliases.items()]
+        for name in self.upstreams.links:
+            data += [{"id": f"{name}/{model}", "object": "model", "created": 0, "owned_by": name}
+                     for model in self.resolver.models_of(name)]
+        await send_json(send, 200, {"object": "list", "data": data}, base)
+
+    async def healthz(self, scope: Scope, receive: Receive, send: Send, base: Headers, timeline: Timeline) -> None:
+        await send_json(send, 200, {"status": "ok"}, base)
+
+    async def readyz(self, scope: Scope, receive: Receive, send: Send, base: Headers, timeline: Timeline) -> None:
+        upstreams = {name: {"warm": link.pool.state.warm, "error": link.pool.state.last_error}
+                     for name, link in self.upstreams.links.items()}
+        ready = self.upstreams.ready()
+        await send_json(send, 200 if ready else 503, {"ready": ready, "upstreams": upstreams}, base)
+
+
+async def until_disconnect(receive: Receive, work: Awaitable[None]) -> None:
+    """Run `work`, cancelling it the moment the client goes away, so an abandoned request stops
+    at once (its upstream connection aborted, so the provider stops generating too)."""
+    task = asyncio.current_task()
+    assert task is not None
+    gone = False
+
+    async def watch() -> None:
+        nonlocal gone
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        gone = True
+        task.cancel()
+
+    watcher = asyncio.get_running_loop().create_task(watch())
+    try:
+        await work
+    except asyncio.CancelledError:
+        if not gone:
+            raise
+        task.uncancel()
+    finally:
+        watcher.cancel()
+
+
+def create_app(settings: Settings) -> Gateway:
+    return Gateway(settings)
+
+
+def app_from_environment() -> Gateway:
+    """The factory uvicorn calls in each worker: settings travel through the environment."""
+    overrides = {}
+    if os.environ.get("FIRSTTOKEN_HOST"):
+        overrides["listen.host"] = os.environ["FIRSTTOKEN_HOST"]
+    if os.environ.get("FIRSTTOKEN_PORT"):
+        overrides["listen.port"] = int(os.environ["FIRSTTOKEN_PORT"])
+    return Gateway(config_module.load(os.environ.get("FIRSTTOKEN_CONFIG") or None, overrides=overrides))
+
+
+__all__ = ["Gateway", "create_app", "app_from_environment", "bad_request", "response_headers"]

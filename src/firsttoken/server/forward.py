@@ -1,0 +1,248 @@
+"""Forwarding a request to its targets: the non-streaming answer, and the stream with its relay.
+
+Targets are tried in preference order while nothing has reached the client yet: a connection
+failure, a timeout, 429 or a 5xx moves on to the next target; any other 4xx is the client's to see.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from time import perf_counter
+from typing import Any
+
+import aiohttp
+
+from firsttoken.errors import GatewayError, bad_gateway, gateway_timeout
+from firsttoken.journey.timeline import Timeline
+from firsttoken.relay import Relay, wait_with_heartbeat
+from firsttoken.routing.targets import Target
+from firsttoken.server.http import SSE_HEADERS, Headers, Send, send_bytes, send_error
+from firsttoken.sse import DONE, HEARTBEAT, error_event
+from firsttoken.upstream.adapter import UpstreamRequest
+from firsttoken.upstream.pool import ConnectTiming
+from firsttoken.upstream.registry import UpstreamLink, Upstreams
+
+log = logging.getLogger("firsttoken.forward")
+
+RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+# Connection-level failures before a response: the next target may well succeed.
+CONNECTION_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, ConnectionError, OSError)
+_PASSED_HEADERS = (b"retry-after", b"x-ratelimit-")
+
+BuildRequest = Callable[[UpstreamLink, Target], UpstreamRequest]
+
+
+def passthrough_headers(response: aiohttp.ClientResponse) -> Headers:
+    """Rate-limit headers clients act on (Retry-After, x-ratelimit-*) pass through to them."""
+    out: Headers = []
+    for name, value in response.raw_headers:
+        lower = name.lower()
+        if lower.startswith(_PASSED_HEADERS):
+            out.append((lower, value))
+    return out
+
+
+def response_headers(base: Headers, timeline: Timeline) -> Headers:
+    return [*base, (b"server-timing", timeline.server_timing().encode()),
+            (b"x-firsttoken-route", timeline.route.encode()), (b"x-firsttoken-cache", b"bypass")]
+
+
+def _connection_error(link: UpstreamLink, exc: BaseException) -> GatewayError:
+    if isinstance(exc, aiohttp.ServerTimeoutError):
+        return gateway_timeout(f"upstream {link.name} did not answer within {link.settings.timeouts.connect:g} s "
+                               f"of connecting; check that it is up, or raise its timeouts.")
+    return bad_gateway(f"upstream {link.name} ({link.settings.url}) is unreachable: {type(exc).__name__}"
+                       f"{': ' + str(exc) if str(exc) else ''}")
+
+
+def _timeout(link: UpstreamLink) -> GatewayError:
+    return gateway_timeout(f"upstream {link.name} sent no answer within {link.settings.timeouts.first_byte:g} s "
+                           f"(timeouts.first_byte); it may be overloaded, or the timeout may be too short.")
+
+
+async def _open(link: UpstreamLink, request: UpstreamRequest, timing: ConnectTiming) -> aiohttp.ClientResponse:
+    assert link.pool.session is not None
+    return await link.pool.session.post(request.url, data=request.data, headers=request.headers,
+                                        trace_request_ctx=timing)
+
+
+async def _open_retrying(link: UpstreamLink, request: UpstreamRequest, timing: ConnectTiming) -> aiohttp.ClientResponse:
+    """Open the request; once more on a fresh connection if a reused one was closed under us (the
+    upstream's keep-alive timer and our reuse can cross: the request never reached it)."""
+    try:
+        return await _open(link, request, timing)
+    except aiohttp.ServerDisconnectedError:
+        if not timing.reused:
+            raise
+        timing.__init__()  # type: ignore[misc]  # fresh timings for the second attempt
+        return await _open(link, request, timing)
+
+
+def _record_connection(timeline: Timeline, timing: ConnectTiming) -> None:
+    timeline.first_byte = perf_counter()
+    timeline.reused = timing.reused
+    timeline.connect_ms = 0.0 if timing.reused else timing.connect_ms
+    timeline.dns_ms = timing.dns_ms
+
+
+async def forward_complete(upstreams: Upstreams, targets: list[Target], build: BuildRequest,
+                           translate: Callable[[UpstreamLink, bytes], bytes], send: Send,
+                           base_headers: Headers, timeline: Timeline) -> None:
+    """A non-streaming request: the first target that answers well is the answer."""
+    failure: GatewayError | None = None
+    for target in targets:
+        link = upstreams[target.upstream]
+        request = build(link, target)
+        timing = ConnectTiming()
+        timeline.route = target.label
+        timeline.attempts += 1
+        timeline.sent = perf_counter()
+        try:
+            async with asyncio.timeout(link.settings.timeouts.first_byte):
+                response = await _open_retrying(link, request, timing)
+            _record_connection(timeline, timing)
+            try:
+                async with asyncio.timeout(link.settings.timeouts.idle):
+                    data = await response.read()
+            finally:
+                response.release()
+        except TimeoutError:
+            failure = _timeout(link)
+            continue
+        except CONNECTION_ERRORS as exc:
+            failure = _connection_error(link, exc)
+            continue
+        if response.status >= 400:
+            failure = link.adapter.error(response.status, data)
+            failure.headers.update({k.decode(): v.decode() for k, v in passthrough_headers(response)})
+            if response.status in RETRYABLE_STATUS:
+                continue
+            break
+        headers = response_headers(base_headers, timeline) + passthrough_headers(response)
+        await send_bytes(send, response.status, translate(link, data), headers)
+        timeline.last_byte = perf_counter()
+        return
+    assert failure is not None
+    log.warning("request failed after %d attempt(s): %s", timeline.attempts, failure.message)
+    await send_error(send, failure, response_headers(base_headers, timeline))
+
+
+class StreamForwarder:
+    """A streaming request: SSE headers go out as soon as the first target answers (or the first
+    heartbeat is due), then the relay moves its events."""
+
+    def __init__(self, upstreams: Upstreams, targets: list[Target], build: BuildRequest, send: Send,
+                 base_headers: Headers, timeline: Timeline, *, client_wants_usage: bool, heartbeat_s: float) -> None:
+        self.upstreams = upstreams
+        self.targets = targets
+        self.build = build
+        self.send = send
+        self.base_headers = base_headers
+        self.timeline = timeline
+        self.client_wants_usage = client_wants_usage
+        self.heartbeat_s = heartbeat_s
+        self.started = False
+
+    async def run(self) -> None:
+        failure: GatewayError | None = None
+        loop = asyncio.get_running_loop()
+        for target in self.targets:
+            link = self.upstreams[target.upstream]
+            request = self.build(link, target)
+            timing = ConnectTiming()
+            timeline = self.timeline
+            timeline.route = target.label
+            timeline.attempts += 1
+            timeline.sent = perf_counter()
+            deadline = loop.time() + link.settings.timeouts.first_byte
+            opening = loop.create_task(_open_retrying(link, request, timing))
+            try:
+                try:
+                    response = await wait_with_heartbeat(opening, self.heartbeat_s, deadline, self._heartbeat)
+                except BaseException:
+                    _close_if_opened(opening)
+                    raise
+            except TimeoutError:
+                failure = _timeout(link)
+                continue
+            except CONNECTION_ERRORS as exc:
+                failure = _connection_error(link, exc)
+                continue
+            _record_connection(timeline, timing)
+            try:
+                failure = await self._answer(link, response, deadline)
+            finally:
+                if not link.pool.releasing(response):
+                    response.close()  # aborts a stream cut short, so the upstream stops generating
+            if failure is None:
+                return
+            if not (failure.status in RETRYABLE_STATUS):
+                break
+        assert failure is not None
+        log.warning("stream failed after %d attempt(s): %s", self.timeline.attempts, failure.message)
+        await self._fail(failure)
+
+    async def _answer(self, link: UpstreamLink, response: aiohttp.ClientResponse, deadline: float) -> GatewayError | None:
+        """Relay one upstream response; a GatewayError when it refused (nothing relayed yet)."""
+        if response.status >= 400:
+            async with asyncio.timeout(link.settings.timeouts.idle):
+                data = await response.read()
+            error = link.adapter.error(response.status, data)
+            error.headers.update({k.decode(): v.decode() for k, v in passthrough_headers(response)})
+            return error
+        if not response.content_type.startswith("text/event-stream"):
+            # Some servers answer a stream request with one JSON body; pass it on as it is.
+            async with asyncio.timeout(link.settings.timeouts.idle):
+                data = await response.read()
+            if self.started:
+                return bad_gateway(f"upstream {link.name} answered a stream request with "
+                                   f"{response.content_type}", code="upstream_bad_response")
+            await send_bytes(self.send, response.status, link.adapter.chat_response(data),
+                             response_headers(self.base_headers, self.timeline))
+            return None
+        await self._start(passthrough_headers(response))
+        relay = Relay(response, self._write, self.timeline,
+                      translator=link.adapter.stream_translator(self.client_wants_usage),
+                      strip_usage=not self.client_wants_usage, heartbeat_s=self.heartbeat_s,
+                      first_token_deadline=deadline, idle_s=link.settings.timeouts.idle, upstream=link.name)
+        result = await relay.run()
+        await self.send({"type": "http.response.body", "body": b""})
+        if result.clean:
+            link.pool.release_later(response)
+        return None
+
+    async def _write(self, data: bytes) -> None:
+        await self.send({"type": "http.response.body", "body": data, "more_body": True})
+
+    async def _start(self, extra: Headers) -> None:
+        if self.started:
+            return
+        self.started = True
+        headers = [*SSE_HEADERS, *response_headers(self.base_headers, self.timeline), *extra]
+        await self.send({"type": "http.response.start", "status": 200, "headers": headers})
+
+    async def _heartbeat(self) -> None:
+        await self._start([])
+        await self._write(HEARTBEAT)
+
+    async def _fail(self, failure: GatewayError) -> None:
+        if not self.started:
+            await send_error(self.send, failure, response_headers(self.base_headers, self.timeline))
+            return
+        # Headers are gone already: the failure travels as one error event, then [DONE].
+        await self._write(error_event(failure.body()))
+        await self._write(self.timeline.closing_comment())
+        await self.send({"type": "http.response.body", "body": DONE})
+
+
+def _close_if_opened(opening: asyncio.Task[aiohttp.ClientResponse]) -> None:
+    """A response that arrived just as its wait was abandoned must still give its connection back."""
+    if opening.done() and not opening.cancelled() and opening.exception() is None:
+        opening.result().close()
+
+
+def client_wants_usage(body: dict[str, Any]) -> bool:
+    options = body.get("stream_options")
+    return isinstance(options, dict) and options.get("include_usage") is True

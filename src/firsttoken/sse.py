@@ -1,0 +1,57 @@
+"""Server-sent events at the byte level.
+
+The relay must find event boundaries and the first token without decoding and re-encoding every
+chunk, which is what SSE libraries do (they parse into fields); so this small splitter is by hand.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+DONE = b"data: [DONE]\n\n"
+HEARTBEAT = b": keep-alive\n\n"
+
+
+class EventSplitter:
+    """Cuts a byte stream into SSE events (each returned without its terminating blank line)."""
+
+    __slots__ = ("_buffer",)
+
+    def __init__(self) -> None:
+        self._buffer = b""
+
+    def feed(self, data: bytes) -> list[bytes]:
+        if b"\r" in data:  # CRLF or CR line endings: rare, so normalise only when seen
+            data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        buffer = self._buffer + data if self._buffer else data
+        if b"\n\n" not in buffer:
+            self._buffer = buffer
+            return []
+        *events, self._buffer = buffer.split(b"\n\n")
+        return [e for e in events if e]
+
+    def rest(self) -> bytes:
+        """Whatever followed the last complete event (an event the upstream never terminated)."""
+        rest, self._buffer = self._buffer, b""
+        return rest.strip(b"\n")
+
+
+def data_field(event: bytes) -> bytes | None:
+    """The payload of an event's `data:` line(s), or None for comments and data-less events."""
+    if b"\n" not in event:  # the common case: one line
+        if not event.startswith(b"data:"):
+            return None
+        return event[6:] if event.startswith(b"data: ") else event[5:]
+    parts = [line[5:].removeprefix(b" ") for line in event.split(b"\n") if line.startswith(b"data:")]
+    return b"\n".join(parts) if parts else None
+
+
+def data_event(payload: Any) -> bytes:
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+def error_event(body: dict[str, Any]) -> bytes:
+    """A mid-stream failure as OpenAI sends it: one `data:` event holding `{"error": {...}}`."""
+    return data_event(body)

@@ -1,0 +1,187 @@
+"""A real OpenAI-compatible HTTP server on loopback, for tests: its behaviour is chosen by the model name.
+
+  echo            replies "echo: <last user text>", word by word when streaming
+  tools           calls the first tool given, arguments streamed in pieces
+  inspect         replies with the JSON body it received, as the message content
+  sleep-<ms>      like echo, after waiting <ms> before the first token
+  fail-midstream  streams two tokens, then drops the connection
+  error-<status>  answers that HTTP status with an OpenAI error body (429 with Retry-After)
+  hang            accepts the request and never answers
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from typing import Any
+
+from aiohttp import web
+
+UPSTREAM_KEY = "sk-upstream-secret-DO-NOT-LEAK-4242"
+MODELS = ["echo", "tools", "inspect", "fail-midstream", "hang", "sleep-1000", "error-429", "error-400"]
+
+
+class Stats:
+    def __init__(self) -> None:
+        self.connections: set[int] = set()
+        self.requests = 0
+        self.aborted_streams = 0
+        self.bad_auth = 0
+        self.last_body: dict[str, Any] | None = None
+
+
+def _chunk(model: str, delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+    payload = {"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": int(time.time()),
+               "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
+def _usage(prompt: int, completion: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _last_user_text(body: dict[str, Any]) -> str:
+    for message in reversed(body.get("messages", [])):
+        if message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, list):
+                return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+            return str(content)
+    return ""
+
+
+def build_app(stats: Stats) -> web.Application:
+    async def track(request: web.Request) -> None:
+        stats.requests += 1
+        stats.connections.add(id(request.transport))
+        if request.headers.get("Authorization") != f"Bearer {UPSTREAM_KEY}":
+            stats.bad_auth += 1
+
+    async def models(request: web.Request) -> web.Response:
+        await track(request)
+        return web.json_response({"object": "list", "data": [{"id": m, "object": "model"} for m in MODELS]})
+
+    async def embeddings(request: web.Request) -> web.Response:
+        await track(request)
+        body = await request.json()
+        inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        return web.json_response({"object": "list", "model": body["model"], "usage": _usage(len(inputs), 0),
+                                  "data": [{"object": "embedding", "index": i, "embedding": [0.1, 0.2, 0.3]}
+                                           for i, _ in enumerate(inputs)]})
+
+    async def stats_view(request: web.Request) -> web.Response:
+        return web.json_response({"connections": len(stats.connections), "requests": stats.requests,
+                                  "aborted_streams": stats.aborted_streams, "bad_auth": stats.bad_auth})
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        await track(request)
+        body = await request.json()
+        stats.last_body = body
+        model = body["model"]
+        if model.startswith("error-"):
+            status = int(model.split("-")[1])
+            headers = {"Retry-After": "7", "x-ratelimit-remaining-requests": "0"} if status == 429 else {}
+            return web.json_response({"error": {"message": f"synthetic error {status} from the test upstream",
+                                                "type": "rate_limit_error" if status == 429 else "invalid_request_error",
+                                                "param": "messages" if status == 400 else None,
+                                                "code": f"synthetic_{status}"}}, status=status, headers=headers)
+        if model == "hang":
+            await asyncio.sleep(3600)
+        if model.startswith("sleep-"):
+            await asyncio.sleep(int(model.split("-")[1]) / 1000)
+        if model == "inspect":
+            words = [json.dumps(body, sort_keys=True)]
+        elif model == "tools":
+            words = []
+        else:
+            words = ("echo: " + _last_user_text(body)).split(" ")
+        if not body.get("stream"):
+            message: dict[str, Any] = {"role": "assistant", "content": " ".join(words) if words else None}
+            finish = "stop"
+            if model == "tools":
+                tool = body["tools"][0]["function"]["name"]
+                message["tool_calls"] = [{"id": "call_1", "type": "function",
+                                          "function": {"name": tool, "arguments": '{"city": "Lagos"}'}}]
+                finish = "tool_calls"
+            return web.json_response({"id": "chatcmpl-test", "object": "chat.completion", "created": 1,
+                                      "model": model, "choices": [{"index": 0, "message": message,
+                                                                   "finish_reason": finish}],
+                                      "usage": _usage(10, len(words))})
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        usage_asked = (body.get("stream_options") or {}).get("include_usage")
+        extra = {"usage": None} if usage_asked else {}
+        try:
+            await response.write(_chunk(model, {"role": "assistant", "content": ""}, **extra))
+            if model == "tools":
+                tool = body["tools"][0]["function"]["name"]
+                await response.write(_chunk(model, {"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                                                                    "function": {"name": tool, "arguments": ""}}]}, **extra))
+                for piece in ('{"city"', ': "Lag', 'os"}'):
+                    await response.write(_chunk(model, {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}, **extra))
+                finish = "tool_calls"
+            else:
+                for i, word in enumerate(words):
+                    await response.write(_chunk(model, {"content": word if i == 0 else " " + word}, **extra))
+                    if model == "fail-midstream" and i == 1:
+                        assert request.transport is not None
+                        request.transport.abort()
+                        return response
+                    if model == "slow-stream":
+                        await asyncio.sleep(0.05)
+                finish = "stop"
+            await response.write(_chunk(model, {}, finish, **extra))
+            if usage_asked:
+                payload = {"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 1, "model": model,
+                           "choices": [], "usage": _usage(10, max(len(words), 1))}
+                await response.write(b"data: " + json.dumps(payload).encode() + b"\n\n")
+            await response.write(b"data: [DONE]\n\n")
+            await response.write_eof()
+        except (ConnectionResetError, asyncio.CancelledError):
+            stats.aborted_streams += 1
+            raise
+        return response
+
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_post("/v1/embeddings", embeddings)
+    app.router.add_get("/_stats", stats_view)
+    return app
+
+
+class UpstreamThread:
+    """Runs the server on its own event loop in a thread, so synchronous tests can use it too."""
+
+    def __init__(self) -> None:
+        self.stats = Stats()
+        self.port = 0
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        runner = web.AppRunner(build_app(self.stats), handler_cancellation=True)
+        self._loop.run_until_complete(runner.setup())
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        self._loop.run_until_complete(site.start())
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._ready.set()
+        self._loop.run_forever()
+        self._loop.run_until_complete(runner.cleanup())
+
+    def __enter__(self) -> UpstreamThread:
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
