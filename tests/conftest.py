@@ -1,0 +1,47 @@
+"""Shared fixtures: a real test upstream on loopback and a real `firsttoken serve` process in front of it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from support.gateway_process import GatewayProcess, free_port
+from support.openai_upstream import UPSTREAM_KEY, UpstreamThread
+
+CLIENT_KEY = "client-key-for-tests-123456"
+OTHER_CLIENT_KEY = "second-client-key-654321"
+
+
+@pytest.fixture(scope="session")
+def upstream() -> Iterator[UpstreamThread]:
+    with UpstreamThread() as server:
+        yield server
+
+
+def gateway_settings(upstream_url: str) -> dict:
+    return {
+        "upstreams": {
+            "fake": {"url": upstream_url, "key": UPSTREAM_KEY, "pool": {"warm": 2},
+                     "timeouts": {"first_byte": 2.0, "idle": 2.0}},
+            "dead": {"url": f"http://127.0.0.1:{free_port()}/v1", "pool": {"warm": 0},
+                     "timeouts": {"connect": 1.0}},
+        },
+        "models": {
+            "chat": ["fake/echo"],
+            "chat-with-fallback": ["dead/echo", "fake/echo"],
+            "only-dead": ["dead/echo"],
+            "flaky": ["fake/error-503", "fake/echo"],
+        },
+        "keys": [{"name": "app", "key": CLIENT_KEY}, {"name": "other", "key": OTHER_CLIENT_KEY}],
+        "limits": {"max_body_bytes": 65536},
+        "streaming": {"heartbeat_s": 0.3},
+    }
+
+
+@pytest.fixture(scope="session")
+def gateway(upstream: UpstreamThread, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    workdir: Path = tmp_path_factory.mktemp("gateway")
+    with GatewayProcess(gateway_settings(upstream.url), workdir) as process:
+        yield process
