@@ -28,15 +28,21 @@ import json
 import os
 import signal
 import socket
+import struct
 import sys
 import threading
 import time
+from collections import deque
 from queue import SimpleQueue
 from typing import Any
 
 # From <linux/if_ether.h> and <linux/if_packet.h>; the socket module does not export them all.
 ETH_P_ALL = 0x0003
 PACKET_OUTGOING = 4
+# Kernel receive timestamps as struct timespec (<asm-generic/socket.h>).
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+_TIMESPEC = struct.Struct("@qq")
+_ANCILLARY_SPACE = socket.CMSG_SPACE(_TIMESPEC.size)
 # Root may exceed net.core.rmem_max/wmem_max with the *FORCE variants (<asm-generic/socket.h>).
 SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)
 SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
@@ -49,6 +55,9 @@ MAX_FRAME = 65536
 # TCP sender in slow start can emit a whole window back to back.
 SOCKET_BUFFER_BYTES = 16 * 1024 * 1024
 
+# How many recent frames the lateness percentiles in the stats cover.
+LATENESS_WINDOW = 4096
+
 # The stop marker for a sending thread's queue.
 _STOP = None
 
@@ -56,7 +65,7 @@ _STOP = None
 # typically and over 1 ms at times, which alone would break a 2 % accuracy promise on a 20 ms
 # line. So a sending thread sleeps only until this long before the deadline and then spins
 # (yielding the CPU and the GIL on every turn) for the rest.
-SPIN_MARGIN_S = 0.0015
+SPIN_MARGIN_NS = 1_000_000
 # prctl(PR_SET_TIMERSLACK): the kernel may otherwise defer our wake-ups by 50 us to batch them.
 _PR_SET_TIMERSLACK = 29
 
@@ -75,6 +84,7 @@ def open_packet_socket(ifname: str) -> socket.socket:
         except OSError:
             # Without CAP_NET_ADMIN the plain option still gets up to the sysctl maximum.
             sock.setsockopt(socket.SOL_SOCKET, plain, size)
+    sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     sock.bind((ifname, ETH_P_ALL))
     return sock
 
@@ -87,19 +97,25 @@ class Direction:
     for every frame, deadlines are non-decreasing in arrival order, so a FIFO queue keeps frames in
     order, and absolute deadlines mean sleep overshoot on one frame never accumulates into drift
     on the next.
+
+    "Arrival" is the kernel's receive timestamp, not the moment our thread got round to reading
+    the frame: waking a blocked Python thread costs a few hundred microseconds on a virtual
+    machine, and with the kernel's timestamp that cost is absorbed by the delay instead of being
+    added to it.
     """
 
     def __init__(self, name: str, rx: socket.socket, tx: socket.socket, delay_s: float) -> None:
         self.name = name
         self._rx = rx
         self._tx = tx
-        self._delay_s = delay_s
-        self._queue: SimpleQueue[tuple[float, bytes] | None] = SimpleQueue()
+        self._delay_ns = round(delay_s * 1e9)
+        self._queue: SimpleQueue[tuple[int, bytes] | None] = SimpleQueue()
         # Each counter has exactly one writing thread, so plain ints are safe under the GIL.
         self.received = 0
         self.sent = 0
         self.dropped = 0
-        self.max_lateness_s = 0.0
+        # Recent release lateness (send time - deadline), for stats: how exact the line is.
+        self._lateness_ns: deque[int] = deque(maxlen=LATENESS_WINDOW)
         self._threads = [
             threading.Thread(target=self._receive_loop, name=f"{name}-rx", daemon=True),
             threading.Thread(target=self._send_loop, name=f"{name}-tx", daemon=True),
@@ -115,41 +131,51 @@ class Direction:
         self._queue.put(_STOP)
 
     def _receive_loop(self) -> None:
-        recvfrom = self._rx.recvfrom
+        recvmsg = self._rx.recvmsg
         put = self._queue.put
-        monotonic = time.monotonic
-        delay_s = self._delay_s
+        monotonic_ns = time.monotonic_ns
+        time_ns = time.time_ns
+        unpack_timespec = _TIMESPEC.unpack_from
+        delay_ns = self._delay_ns
         while True:
-            frame, address = recvfrom(MAX_FRAME)
+            frame, ancdata, _flags, address = recvmsg(MAX_FRAME, _ANCILLARY_SPACE)
             # address = (ifname, proto, pkttype, hatype, hwaddr). The socket also sees the frames
             # that *we* send on this interface for the other direction; forwarding those would
             # loop them back where they came from.
             if address[2] == PACKET_OUTGOING:
                 continue
-            put((monotonic() + delay_s, frame))
+            now = monotonic_ns()
+            arrival = now
+            for level, kind, data in ancdata:
+                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+                    seconds, nanoseconds = unpack_timespec(data)
+                    # The timestamp is wall-clock time; move it onto the monotonic clock the
+                    # sending thread uses. min(): a wall-clock step must never date a frame in
+                    # the future (it would be held longer than the delay).
+                    arrival = min(now, seconds * 1_000_000_000 + nanoseconds - (time_ns() - now))
+            put((arrival + delay_ns, frame))
             self.received += 1
 
     def _send_loop(self) -> None:
         get = self._queue.get
         send = self._tx.send
-        monotonic = time.monotonic
+        monotonic_ns = time.monotonic_ns
         sleep = time.sleep
         yield_cpu = os.sched_yield
+        record_lateness = self._lateness_ns.append
         while True:
             item = get()
             if item is _STOP:
                 return
             deadline, frame = item
-            # Coarse wait, then spin: see SPIN_MARGIN_S. The loop also never sends before the
+            # Coarse wait, then spin: see SPIN_MARGIN_NS. The loop also never sends before the
             # deadline, as the delay is meant to be a floor.
-            while (remaining := deadline - monotonic()) > 0:
-                if remaining > SPIN_MARGIN_S:
-                    sleep(remaining - SPIN_MARGIN_S)
+            while (remaining := deadline - monotonic_ns()) > 0:
+                if remaining > SPIN_MARGIN_NS:
+                    sleep((remaining - SPIN_MARGIN_NS) / 1e9)
                 else:
                     yield_cpu()
-            lateness = -remaining
-            if lateness > self.max_lateness_s:
-                self.max_lateness_s = lateness
+            record_lateness(-remaining)
             try:
                 send(frame)
                 self.sent += 1
@@ -160,12 +186,21 @@ class Direction:
                 self.dropped += 1
 
     def stats(self) -> dict[str, Any]:
+        lateness = sorted(self._lateness_ns)
+
+        def percentile_ms(fraction: float) -> float:
+            if not lateness:
+                return 0.0
+            return round(lateness[min(len(lateness) - 1, int(fraction * len(lateness)))] / 1e6, 3)
+
         return {
             "received": self.received,
             "sent": self.sent,
             "dropped": self.dropped,
             "queued": self._queue.qsize(),
-            "max_lateness_ms": round(self.max_lateness_s * 1000, 3),
+            "lateness_p50_ms": percentile_ms(0.5),
+            "lateness_p99_ms": percentile_ms(0.99),
+            "lateness_max_ms": percentile_ms(1.0),
         }
 
 

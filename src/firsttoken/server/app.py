@@ -86,6 +86,14 @@ class Gateway:
             await send_error(send, error, base)
         except ClientDisconnected:
             pass
+        except Exception:  # a bug: say so in OpenAI's format rather than drop the connection
+            log.exception("unexpected error on %s %s", scope["method"], scope["path"])
+            try:
+                await send_error(send, GatewayError(500, "The gateway failed unexpectedly; this is a bug in "
+                                                         "firsttoken, and the log has the details.",
+                                                    type="server_error", code="internal_error"), base)
+            except Exception:
+                pass
 
     # --- endpoints ---------------------------------------------------------------------------
 

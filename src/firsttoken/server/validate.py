@@ -96,7 +96,7 @@ def _message(message: Any, i: int) -> None:
     if not isinstance(message, dict):
         raise bad_request(f"'{where}' must be an object with 'role' and 'content'.", param=where, code="invalid_type")
     role = message.get("role")
-    if role not in _ROLES:
+    if not isinstance(role, str) or role not in _ROLES:
         raise bad_request(f"'{where}.role' must be one of {', '.join(sorted(_ROLES))}; got {role!r}.",
                           param=f"{where}.role", code="invalid_value")
     content = message.get("content")

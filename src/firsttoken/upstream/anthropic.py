@@ -9,12 +9,13 @@ objects and chunks. `url` is like https://api.anthropic.com/v1.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Any
 
 import orjson
 
 from firsttoken.config import Upstream
 from firsttoken.errors import bad_gateway, bad_request
+from firsttoken.sse import DONE, data_event, data_field
 from firsttoken.upstream.adapter import Adapter, UpstreamRequest
 
 Json = dict[str, Any]
@@ -24,8 +25,8 @@ DEFAULT_MAX_TOKENS = 4096  # Anthropic requires max_tokens; OpenAI clients usual
 THINKING_BUDGETS = {"minimal": 1024, "low": 1024, "medium": 4096, "high": 16384}  # 1024 is Anthropic's floor
 TOOL_CHOICES = {"auto": "auto", "required": "any", "none": "none"}
 FINISH_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length",
-                  "tool_use": "tool_calls", "refusal": "content_filter", "pause_turn": "stop"}
-DONE = b"data: [DONE]\n\n"
+                  "tool_use": "tool_calls", "refusal": "content_filter", "pause_turn": "stop",
+                  "model_context_window_exceeded": "length"}
 
 
 class AnthropicAdapter(Adapter):
@@ -49,8 +50,8 @@ class AnthropicAdapter(Adapter):
         except orjson.JSONDecodeError:
             message = None
         if not isinstance(message, dict) or message.get("type") != "message":
-            raise bad_gateway(f"upstream {self.name} answered 200 with something that is not a Messages "
-                              f"response: {self.scrub(body[:200]).decode('utf-8', 'replace')}",
+            raise bad_gateway(f"upstream {self.name} answered with something that is not a Messages "
+                              f"response: {self.scrub(body)[:200].decode('utf-8', 'replace')}",
                               code="upstream_bad_response")
         return orjson.dumps(completion(message))
 
@@ -346,23 +347,6 @@ def usage(raw: Json) -> Json:
 
 # --- streams: Anthropic SSE events → OpenAI chunks ------------------------------------------------
 
-def parse_event(event: bytes) -> tuple[str, bytes | None]:
-    """The `event:` name and the joined `data:` lines of one SSE event (any line ending, space optional)."""
-    name, data = "", []
-    for line in event.splitlines():
-        field, _, value = line.partition(b":")
-        value = value[1:] if value.startswith(b" ") else value
-        if field == b"event":
-            name = value.decode("utf-8", "replace").strip()
-        elif field == b"data":
-            data.append(value)
-    return name, b"\n".join(data) if data else None
-
-
-def sse(payload: Json) -> bytes:
-    return b"data: " + orjson.dumps(payload) + b"\n\n"
-
-
 class AnthropicStream:
     """One stream's translation state: the id and model from message_start, tool numbering, usage."""
 
@@ -379,7 +363,9 @@ class AnthropicStream:
     def feed(self, event: bytes) -> list[bytes]:
         if self.done:
             return []
-        name, data = parse_event(event)
+        if b"\r" in event:  # the splitter normalises line endings, but a translator must not rely on it
+            event = event.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        data = data_field(event)
         if data is None:
             return []  # comments and bare event lines carry nothing
         try:
@@ -388,8 +374,8 @@ class AnthropicStream:
             payload = None
         if not isinstance(payload, dict):
             return self._fail(f"upstream {self.upstream} sent a stream event that is not a JSON object")
-        handler = _HANDLERS.get(payload.get("type") or name)
-        return handler(self, payload) if handler else []  # ping, content_block_stop, newer events
+        handler = getattr(self, f"_on_{payload.get('type')}", None)
+        return handler(payload) if handler else []  # ping, content_block_stop and newer events carry nothing
 
     def finish(self) -> list[bytes]:
         if self.done:
@@ -397,26 +383,28 @@ class AnthropicStream:
         return self._fail(f"upstream {self.upstream} ended the stream early (before message_stop)")
 
     def _chunk(self, delta: Json, finish: str | None = None) -> bytes:
-        return sse({"id": self.id, "object": "chat.completion.chunk", "created": self.created,
-                    "model": self.model,
-                    "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]})
+        return self._envelope(choices=[{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}])
+
+    def _envelope(self, **fields: Any) -> bytes:
+        return data_event({"id": self.id, "object": "chat.completion.chunk", "created": self.created,
+                           "model": self.model, **fields})
 
     def _fail(self, message: str, kind: str = "upstream_error") -> list[bytes]:
         self.done = True
-        return [sse({"error": {"message": message, "type": kind, "param": None, "code": None}}), DONE]
+        return [data_event({"error": {"message": message, "type": kind, "param": None, "code": None}}), DONE]
 
     def _count(self, raw: Any) -> None:
         if isinstance(raw, dict):  # message_delta repeats counts cumulatively; nulls mean "not reported"
             self.usage.update({k: v for k, v in raw.items() if v is not None})
 
-    def _message_start(self, payload: Json) -> list[bytes]:
+    def _on_message_start(self, payload: Json) -> list[bytes]:
         message = payload.get("message") or {}
         self.id = message.get("id") or self.id
         self.model = message.get("model") or self.model
         self._count(message.get("usage"))
         return [self._chunk({"role": "assistant", "content": ""})]
 
-    def _block_start(self, payload: Json) -> list[bytes]:
+    def _on_content_block_start(self, payload: Json) -> list[bytes]:
         block = payload.get("content_block") or {}
         kind = block.get("type")
         if kind == "tool_use":
@@ -430,7 +418,7 @@ class AnthropicStream:
             return [self._chunk({"reasoning_content": block["thinking"]})]
         return []
 
-    def _block_delta(self, payload: Json) -> list[bytes]:
+    def _on_content_block_delta(self, payload: Json) -> list[bytes]:
         delta = payload.get("delta") or {}
         kind = delta.get("type")
         if kind == "text_delta" and delta.get("text"):
@@ -442,29 +430,18 @@ class AnthropicStream:
             return [self._chunk({"tool_calls": [{"index": index, "function": {"arguments": delta["partial_json"]}}]})]
         return []  # signature_delta, citations_delta: nothing OpenAI clients can take
 
-    def _message_delta(self, payload: Json) -> list[bytes]:
+    def _on_message_delta(self, payload: Json) -> list[bytes]:
         self._count(payload.get("usage"))
         return [self._chunk({}, finish_reason((payload.get("delta") or {}).get("stop_reason")))]
 
-    def _message_stop(self, _payload: Json) -> list[bytes]:
+    def _on_message_stop(self, _payload: Json) -> list[bytes]:
         self.done = True
         if not self.include_usage:
             return [DONE]
-        final = sse({"id": self.id, "object": "chat.completion.chunk", "created": self.created,
-                     "model": self.model, "choices": [], "usage": usage(self.usage)})
-        return [final, DONE]
+        return [self._envelope(choices=[], usage=usage(self.usage)), DONE]
 
-    def _error(self, payload: Json) -> list[bytes]:
+    def _on_error(self, payload: Json) -> list[bytes]:
         error = payload.get("error") or {}
         return self._fail(str(error.get("message") or f"upstream {self.upstream} reported an error"),
                           str(error.get("type") or "upstream_error"))
 
-
-_HANDLERS: dict[str, Callable[[AnthropicStream, Json], list[bytes]]] = {
-    "message_start": AnthropicStream._message_start,
-    "content_block_start": AnthropicStream._block_start,
-    "content_block_delta": AnthropicStream._block_delta,
-    "message_delta": AnthropicStream._message_delta,
-    "message_stop": AnthropicStream._message_stop,
-    "error": AnthropicStream._error,
-}

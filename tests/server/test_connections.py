@@ -1,0 +1,76 @@
+"""Connections: warm at start-up and reused, abandoned streams aborted upstream, several workers."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import openai
+import pytest
+
+from conftest import CLIENT_KEY, gateway_settings
+from support.gateway_process import GatewayProcess
+from support.openai_upstream import UpstreamThread
+
+USER = [{"role": "user", "content": "hello"}]
+
+
+@pytest.fixture()
+def own_upstream():
+    with UpstreamThread() as server:
+        yield server
+
+
+def test_pool_is_warm_before_ready_and_requests_reuse_it(own_upstream, tmp_path) -> None:
+    with GatewayProcess(gateway_settings(own_upstream.url), tmp_path) as gateway:
+        assert len(own_upstream.stats.connections) == 2  # opened at start-up, before any client
+        client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=CLIENT_KEY, max_retries=0)
+        for _ in range(5):
+            raw = client.chat.completions.with_raw_response.create(model="chat", messages=USER)
+            assert "connect;dur=0.00" in raw.headers["server-timing"]
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(lambda _: list(client.chat.completions.create(model="chat", messages=USER, stream=True)),
+                          range(6)))
+        time.sleep(0.2)
+        assert len(own_upstream.stats.connections) == 2, "no request paid for a new connection"
+
+
+def test_keep_warm_exercises_the_pool_while_idle(own_upstream, tmp_path) -> None:
+    settings = gateway_settings(own_upstream.url)
+    settings["upstreams"]["fake"]["pool"] = {"warm": 2, "refresh_s": 0.3}
+    with GatewayProcess(settings, tmp_path):
+        before = own_upstream.stats.requests
+        time.sleep(1.0)
+        assert own_upstream.stats.requests >= before + 4  # two probes per refresh, nobody calling
+        assert len(own_upstream.stats.connections) == 2  # on the same warm connections
+
+
+def test_client_leaving_mid_stream_aborts_the_upstream(own_upstream, tmp_path) -> None:
+    with GatewayProcess(gateway_settings(own_upstream.url), tmp_path) as gateway:
+        body = {"model": "fake/slow-stream", "stream": True,
+                "messages": [{"role": "user", "content": " ".join(["word"] * 200)}]}
+        with httpx.stream("POST", gateway.url + "/v1/chat/completions", json=body,
+                          headers={"Authorization": f"Bearer {CLIENT_KEY}"}) as response:
+            for line in response.iter_lines():
+                if "word" in line:
+                    break  # leave after the first token, ~10 s before the stream would end
+        deadline = time.monotonic() + 3
+        while own_upstream.stats.aborted_streams == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert own_upstream.stats.aborted_streams == 1
+        # and the gateway is fine afterwards
+        client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=CLIENT_KEY, max_retries=0)
+        assert client.chat.completions.create(model="chat", messages=USER).choices[0].message.content == "echo: hello"
+
+
+def test_two_workers_share_the_port(own_upstream, tmp_path) -> None:
+    with GatewayProcess(gateway_settings(own_upstream.url), tmp_path, args=["--workers", "2"]) as gateway:
+        client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=CLIENT_KEY, max_retries=0)
+        with ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(lambda _: client.chat.completions.create(model="chat", messages=USER), range(8)))
+        assert all(a.choices[0].message.content == "echo: hello" for a in answers)
+        deadline = time.monotonic() + 5
+        while len(own_upstream.stats.connections) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(own_upstream.stats.connections) >= 4  # each worker warmed its own pool
