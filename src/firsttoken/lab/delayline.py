@@ -343,8 +343,10 @@ class DelayLine:
     def stats(self) -> dict[str, dict[str, Any]]:
         """Forwarder counters per direction ("client-to-server", "server-to-client").
 
-        Each has received, sent, dropped, queued (frames in flight) and max_lateness_ms (the
-        worst time a frame was released after its deadline).
+        Each has received, sent, dropped, queued (frames in flight), largest_frame (bytes,
+        Ethernet header included) and lateness_p50_ms /
+        lateness_p99_ms / lateness_max_ms: how long after their deadline recent frames were
+        released (the forwarder's own contribution to the delay).
         """
         proc = self._forwarder
         if proc is None or proc.stdin is None or proc.poll() is not None:

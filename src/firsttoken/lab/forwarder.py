@@ -114,6 +114,8 @@ class Direction:
         self.received = 0
         self.sent = 0
         self.dropped = 0
+        # Larger than MTU + Ethernet header means an offload is still on somewhere.
+        self.largest_frame = 0
         # Recent release lateness (send time - deadline), for stats: how exact the line is.
         self._lateness_ns: deque[int] = deque(maxlen=LATENESS_WINDOW)
         self._threads = [
@@ -155,6 +157,8 @@ class Direction:
                     arrival = min(now, seconds * 1_000_000_000 + nanoseconds - (time_ns() - now))
             put((arrival + delay_ns, frame))
             self.received += 1
+            if len(frame) > self.largest_frame:
+                self.largest_frame = len(frame)
 
     def _send_loop(self) -> None:
         get = self._queue.get
@@ -198,6 +202,7 @@ class Direction:
             "sent": self.sent,
             "dropped": self.dropped,
             "queued": self._queue.qsize(),
+            "largest_frame": self.largest_frame,
             "lateness_p50_ms": percentile_ms(0.5),
             "lateness_p99_ms": percentile_ms(0.99),
             "lateness_max_ms": percentile_ms(1.0),

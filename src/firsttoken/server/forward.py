@@ -204,7 +204,7 @@ class StreamForwarder:
             return None
         await self._start(passthrough_headers(response))
         relay = Relay(response, self._write, self.timeline,
-                      translator=link.adapter.stream_translator(self.client_wants_usage),
+                      translator=link.adapter.stream_translator(True),  # usage for us; the relay strips it
                       strip_usage=not self.client_wants_usage, heartbeat_s=self.heartbeat_s,
                       first_token_deadline=deadline, idle_s=link.settings.timeouts.idle, upstream=link.name)
         result = await relay.run()

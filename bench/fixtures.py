@@ -1,0 +1,84 @@
+"""What the benchmarks serve: a minimal fast upstream (nginx with static answers) and the bodies sent to it."""
+
+from __future__ import annotations
+
+import json
+
+COMPLETION = json.dumps({
+    "id": "chatcmpl-bench", "object": "chat.completion", "created": 1700000000, "model": "bench",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello from the static upstream."},
+                 "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 5, "completion_tokens": 6, "total_tokens": 11}}, separators=(",", ":"))
+
+
+def _chunk(delta: dict, finish: str | None = None) -> str:
+    return "data: " + json.dumps({"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1700000000,
+                                  "model": "bench", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]},
+                                 separators=(",", ":")) + "\n\n"
+
+
+STREAM = (_chunk({"role": "assistant", "content": ""})
+          + "".join(_chunk({"content": w}) for w in ["Hello", " from", " the", " static", " upstream", "."])
+          + _chunk({}, "stop")
+          + "data: " + json.dumps({"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1700000000,
+                                   "model": "bench", "choices": [],
+                                   "usage": {"prompt_tokens": 5, "completion_tokens": 6, "total_tokens": 11}},
+                                  separators=(",", ":")) + "\n\n"
+          + "data: [DONE]\n\n")
+
+MODELS = json.dumps({"object": "list", "data": [{"id": "bench", "object": "model", "owned_by": "bench"}]})
+
+MESSAGES = [{"role": "user", "content": "Say hello."}]
+
+
+def request_body(model: str, stream: bool) -> str:
+    return json.dumps({"model": model, "messages": MESSAGES, "stream": stream})
+
+
+def upstream_nginx_conf(workdir: str, port: int, ssl: tuple[str, str] | None = None,
+                        listen_host: str = "127.0.0.1") -> str:
+    """nginx answering /json/v1/... with one completion and /sse/v1/... with one stream."""
+    listen = f"{listen_host}:{port}" + (" ssl" if ssl else "")
+    certs = f"ssl_certificate {ssl[0]}; ssl_certificate_key {ssl[1]};" if ssl else ""
+    return f"""
+worker_processes 1;
+pid {workdir}/upstream.pid;
+error_log {workdir}/upstream-error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  keepalive_requests 1000000;
+  keepalive_timeout 300s;
+  server {{
+    listen {listen} reuseport;
+    {certs}
+    location ~ /v1/models$ {{ default_type application/json; return 200 '{MODELS}'; }}
+    location = /json/v1/chat/completions {{ default_type application/json; return 200 '{COMPLETION}'; }}
+    location = /sse/v1/chat/completions {{ default_type text/event-stream; return 200 '{STREAM}'; }}
+  }}
+}}
+"""
+
+
+def proxy_nginx_conf(workdir: str, port: int, upstream_port: int) -> str:
+    """nginx proxy_pass to the upstream, keep-alive pool, no buffering: the practical limit of a proxy."""
+    return f"""
+worker_processes 1;
+pid {workdir}/proxy.pid;
+error_log {workdir}/proxy-error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  keepalive_requests 1000000;
+  upstream up {{ server 127.0.0.1:{upstream_port}; keepalive 128; }}
+  server {{
+    listen 127.0.0.1:{port};
+    location / {{
+      proxy_pass http://up;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+    }}
+  }}
+}}
+"""

@@ -1,0 +1,202 @@
+"""What a gateway adds: the same load sent directly, through firsttoken, through LiteLLM's proxy and
+through nginx proxy_pass, against one minimal fast upstream, in one run on one machine.
+
+    .venv/bin/python bench/gateway_overhead.py [--seconds 10] [--skip-litellm]
+
+Prints requests/s and p50/p99 latency added over the direct path, at concurrency 1 and 32,
+non-streaming and streaming, with the ratios the targets are stated in. LiteLLM is pip-installed
+into bench/.work/litellm on first use. A benchmark, run by hand; CI never runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).parent))
+import fixtures  # noqa: E402
+import wrk  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+WORK = ROOT / "bench" / ".work"
+LITELLM_VENV = WORK / "litellm"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for(url: str, seconds: float = 60.0) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=1):
+                return
+        except Exception:
+            time.sleep(0.1)
+    raise RuntimeError(f"{url} did not come up")
+
+
+@contextmanager
+def process(argv: list[str], log: Path, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+        try:
+            yield proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+@contextmanager
+def nginx(conf: str, name: str) -> Iterator[None]:
+    path = WORK / f"{name}.conf"
+    path.write_text(conf)
+    with process(["nginx", "-p", str(WORK), "-c", str(path), "-g", "daemon off;"], WORK / f"{name}.log"):
+        time.sleep(0.5)
+        yield
+
+
+def ensure_litellm() -> Path:
+    binary = LITELLM_VENV / "bin" / "litellm"
+    if not binary.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(LITELLM_VENV)], check=True)
+        subprocess.run([str(LITELLM_VENV / "bin" / "pip"), "install", "-q", "litellm[proxy]"], check=True)
+    return binary
+
+
+@contextmanager
+def firsttoken(upstream: int, workers: int) -> Iterator[str]:
+    port = free_port()
+    config = WORK / f"firsttoken-{workers}.yaml"
+    base = f"http://127.0.0.1:{upstream}"
+    config.write_text(yaml.safe_dump({
+        "upstreams": {"json": {"url": f"{base}/json/v1", "pool": {"warm": 32}},
+                      "sse": {"url": f"{base}/sse/v1", "pool": {"warm": 32}}},
+        "models": {"bench": ["json/bench"], "bench-sse": ["sse/bench"]},
+    }))
+    argv = [str(ROOT / ".venv" / "bin" / "firsttoken"), "serve", "--config", str(config), "--port", str(port),
+            "--workers", str(workers)]
+    with process(argv, WORK / f"firsttoken-{workers}.log"):
+        wait_for(f"http://127.0.0.1:{port}/readyz")
+        yield f"http://127.0.0.1:{port}"
+
+
+@contextmanager
+def litellm(upstream: int) -> Iterator[str]:
+    port = free_port()
+    config = WORK / "litellm.yaml"
+    base = f"http://127.0.0.1:{upstream}"
+    config.write_text(yaml.safe_dump({
+        "model_list": [
+            {"model_name": "bench", "litellm_params": {"model": "openai/bench", "api_base": f"{base}/json/v1",
+                                                       "api_key": "sk-bench"}},
+            {"model_name": "bench-sse", "litellm_params": {"model": "openai/bench", "api_base": f"{base}/sse/v1",
+                                                           "api_key": "sk-bench"}},
+        ],
+        "litellm_settings": {"drop_params": True},
+    }))
+    env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False"}
+    argv = [str(ensure_litellm()), "--config", str(config), "--host", "127.0.0.1", "--port", str(port),
+            "--num_workers", "1"]
+    with process(argv, WORK / "litellm.log", env):
+        wait_for(f"http://127.0.0.1:{port}/health/liveliness", 180)
+        yield f"http://127.0.0.1:{port}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--skip-litellm", action="store_true")
+    parser.add_argument("--json", type=Path, help="also write the raw figures here")
+    args = parser.parse_args()
+    WORK.mkdir(parents=True, exist_ok=True)
+    upstream_port, proxy_port = free_port(), free_port()
+
+    results: dict[str, dict[str, wrk.WrkResult]] = {}
+
+    def measure(name: str, url_for: dict[bool, str], model_for: dict[bool, str]) -> None:
+        for stream in (False, True):
+            for connections in (1, 32):
+                key = f"{'stream' if stream else 'json'}-c{connections}"
+                result = wrk.run(url_for[stream], fixtures.request_body(model_for[stream], stream), connections,
+                                 args.seconds, WORK)
+                results.setdefault(name, {})[key] = result
+                print(f"  {name:<18} {key:<10} {result.requests_per_s:>9.0f} req/s  p50 {result.p50_ms:7.3f} ms  "
+                      f"p99 {result.p99_ms:7.3f} ms  errors {result.errors}", flush=True)
+
+    same = {False: "bench", True: "bench"}
+    aliases = {False: "bench", True: "bench-sse"}
+    with ExitStack() as stack:
+        stack.enter_context(nginx(fixtures.upstream_nginx_conf(str(WORK), upstream_port), "upstream"))
+        stack.enter_context(nginx(fixtures.proxy_nginx_conf(str(WORK), proxy_port, upstream_port), "proxy"))
+        direct = f"http://127.0.0.1:{upstream_port}"
+        proxied = f"http://127.0.0.1:{proxy_port}"
+        print("measuring (wrk, 1 thread):", flush=True)
+        measure("direct", {False: f"{direct}/json/v1/chat/completions", True: f"{direct}/sse/v1/chat/completions"}, same)
+        measure("nginx proxy_pass", {False: f"{proxied}/json/v1/chat/completions",
+                                     True: f"{proxied}/sse/v1/chat/completions"}, same)
+        for workers in (1, 2):
+            with firsttoken(upstream_port, workers) as gateway:
+                url = f"{gateway}/v1/chat/completions"
+                measure(f"firsttoken w{workers}", {False: url, True: url}, aliases)
+        if not args.skip_litellm:
+            with litellm(upstream_port) as proxy:
+                url = f"{proxy}/v1/chat/completions"
+                measure("litellm w1", {False: url, True: url}, aliases)
+
+    print()
+    print(report(results))
+    if args.json:
+        args.json.write_text(json.dumps({n: {k: vars(v) for k, v in r.items()} for n, r in results.items()}, indent=2))
+
+
+def report(results: dict[str, dict[str, wrk.WrkResult]]) -> str:
+    lines = [f"machine: {platform.node()} · {os.cpu_count()} cores · {platform.platform()} · "
+             f"python {platform.python_version()}", "",
+             "| path | mode | c | req/s | p50 added (ms) | p99 added (ms) | errors |",
+             "|---|---|---|---|---|---|---|"]
+    direct = results["direct"]
+    for name, by_key in results.items():
+        for key, r in by_key.items():
+            mode, c = key.split("-c")
+            added50 = r.p50_ms - direct[key].p50_ms
+            added99 = r.p99_ms - direct[key].p99_ms
+            lines.append(f"| {name} | {mode} | {c} | {r.requests_per_s:,.0f} | "
+                         f"{'—' if name == 'direct' else f'{added50:.3f}'} | "
+                         f"{'—' if name == 'direct' else f'{added99:.3f}'} | {r.errors} |")
+    lines += ["", "| ratio | mode | c | value |", "|---|---|---|---|"]
+    ours = results.get("firsttoken w1", {})
+    for key in ours:
+        mode, c = key.split("-c")
+        if "litellm w1" in results:
+            lines.append(f"| firsttoken w1 / litellm w1 req/s | {mode} | {c} | "
+                         f"{ours[key].requests_per_s / results['litellm w1'][key].requests_per_s:.1f}× |")
+        lines.append(f"| firsttoken w1 / nginx req/s | {mode} | {c} | "
+                     f"{ours[key].requests_per_s / results['nginx proxy_pass'][key].requests_per_s:.1%} |")
+        if "firsttoken w2" in results:
+            lines.append(f"| firsttoken w2 / w1 req/s | {mode} | {c} | "
+                         f"{results['firsttoken w2'][key].requests_per_s / ours[key].requests_per_s:.2f}× |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
