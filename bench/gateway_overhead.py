@@ -124,7 +124,7 @@ def litellm(upstream: int) -> Iterator[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--skip-litellm", action="store_true")
     parser.add_argument("--json", type=Path, help="also write the raw figures here")
     args = parser.parse_args()

@@ -33,7 +33,7 @@ wrk.body = [=[{body}]=]
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["Authorization"] = "Bearer sk-bench-client"
 """)
-    out = subprocess.run([*(prefix or []), "wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency",
+    out = subprocess.run([*(prefix or []), "wrk", f"-t{threads}", f"-c{connections}", f"-d{int(seconds)}s", "--latency",
                           "-s", str(script), url], capture_output=True, text=True, check=True).stdout
     latency = dict(re.findall(r"^\s+(50|99)%\s+(\S+)$", out, re.M))
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]

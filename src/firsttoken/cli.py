@@ -77,7 +77,8 @@ def _run(settings: Settings, config_path: str | None, workers: int) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     options: dict[str, Any] = dict(host=settings.listen.host, port=settings.listen.port, http="httptools",
                                    loop="uvloop", lifespan="on", access_log=False, log_level="warning",
-                                   timeout_keep_alive=75, server_header=False, date_header=False)
+                                   timeout_keep_alive=75, server_header=False, date_header=False,
+                                   proxy_headers=False)  # we trust no X-Forwarded-* by default
     if workers == 1:
         from firsttoken.server.app import create_app
 

@@ -51,6 +51,11 @@ def gateway_timeout(message: str) -> GatewayError:
     return GatewayError(504, message, "upstream_error", None, "upstream_timeout")
 
 
+# An upstream's internal failure is not the gateway's: the client sees 502 (a bad answer from the
+# upstream), and Anthropic's non-standard 529 "overloaded" becomes the standard 503.
+_CLIENT_STATUS = {500: 502, 501: 502, 529: 503}
+
+
 def upstream_status_error(status: int, body: bytes, upstream: str) -> GatewayError:
     """An upstream's own error, its message kept, its shape made OpenAI's."""
     message, type_, param, code = f"upstream {upstream} answered HTTP {status}", "upstream_error", None, None
@@ -68,4 +73,5 @@ def upstream_status_error(status: int, body: bytes, upstream: str) -> GatewayErr
             param, code = err.get("param"), err.get("code")
         elif isinstance(err, str):
             message = err
-    return GatewayError(status, message, type_, param, None if code is None else str(code))
+    return GatewayError(_CLIENT_STATUS.get(status, status), message, type_, param,
+                        None if code is None else str(code))

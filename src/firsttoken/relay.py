@@ -3,7 +3,10 @@
 It works on bytes: it finds event boundaries, notes the first token-bearing event (parsing JSON only
 until then), drops the usage chunk the client did not ask for, and closes every stream with the
 `: server-timing` comment and `data: [DONE]`. Until the first token it sends an SSE comment every
-`heartbeat_s` so proxies and mobile networks keep an idle stream open.
+`heartbeat_s` (see heartbeat.py) so proxies and mobile networks keep an idle stream open.
+
+Events that arrive in one read leave in one write: nothing waits to be merged, but a burst the
+upstream sent together costs one send instead of one per event.
 """
 
 from __future__ import annotations
@@ -13,19 +16,19 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from time import perf_counter
-from typing import Any, TypeVar
+from typing import Any
 
 import aiohttp
 import orjson
 
 from firsttoken.journey.timeline import Timeline
-from firsttoken.sse import DONE, HEARTBEAT, EventSplitter, data_field, error_event
+from firsttoken.heartbeat import Heartbeat
+from firsttoken.sse import DONE, EventSplitter, data_field, error_event
 from firsttoken.upstream.adapter import StreamTranslator
 
 log = logging.getLogger("firsttoken.relay")
 
 Write = Callable[[bytes], Awaitable[None]]
-T = TypeVar("T")
 
 _TOKEN_FIELDS = ("content", "reasoning_content", "reasoning", "tool_calls", "refusal", "function_call")
 
@@ -45,26 +48,6 @@ def is_token_bearing(chunk: Any) -> bool:
     return False
 
 
-async def wait_with_heartbeat(task: asyncio.Future[T], heartbeat_s: float, deadline: float,
-                              beat: Callable[[], Awaitable[None]]) -> T:
-    """Await `task`, calling `beat` every `heartbeat_s` until it is done; TimeoutError past `deadline`
-    (loop time). The task is cancelled if this wait is abandoned."""
-    loop = asyncio.get_running_loop()
-    try:
-        while True:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                raise TimeoutError
-            done, _ = await asyncio.wait((task,), timeout=min(heartbeat_s, remaining))
-            if done:
-                return task.result()
-            if loop.time() < deadline:
-                await beat()
-    except BaseException:
-        task.cancel()
-        raise
-
-
 @dataclass(slots=True)
 class RelayResult:
     clean: bool = False          # ended with [DONE] from the upstream, no error seen
@@ -76,41 +59,35 @@ class Relay:
     """Moves one upstream response's events to the client."""
 
     def __init__(self, response: aiohttp.ClientResponse, write: Write, timeline: Timeline, *,
-                 translator: StreamTranslator | None, strip_usage: bool, heartbeat_s: float,
+                 translator: StreamTranslator | None, strip_usage: bool, heartbeat: Heartbeat,
                  first_token_deadline: float, idle_s: float, upstream: str) -> None:
         self.response = response
         self.write = write
         self.timeline = timeline
         self.translator = translator
         self.strip_usage = strip_usage
-        self.heartbeat_s = heartbeat_s
+        self.heartbeat = heartbeat
         self.first_token_deadline = first_token_deadline
         self.idle_s = idle_s
         self.upstream = upstream
         self.result = RelayResult()
         self._done = False
+        self._out: list[bytes] = []  # events of the current read, written together at its end
 
     async def run(self) -> RelayResult:
         splitter = EventSplitter()
         content = self.response.content
         loop = asyncio.get_running_loop()
         try:
-            # Until the first token: reads raced against the heartbeat.
-            while not self.timeline.first_token:
-                read = loop.create_task(content.readany())
-                data = await wait_with_heartbeat(read, self.heartbeat_s, self.first_token_deadline,
-                                                 self._heartbeat)
-                if not data:
-                    break
-                if await self._feed(splitter.feed(data)):
-                    return self.result
-            # After it: plain reads, each within the idle timeout.
-            if self.timeline.first_token:
-                async with asyncio.timeout(self.idle_s) as idle:
-                    while data := await content.readany():
-                        if await self._feed(splitter.feed(data)):
-                            return self.result
-                        idle.reschedule(loop.time() + self.idle_s)
+            # One deadline: for the first token at first, then for each next chunk.
+            async with asyncio.timeout_at(self.first_token_deadline) as limit:
+                while data := await content.readany():
+                    if await self._feed(splitter.feed(data)):
+                        return self.result
+                    if self.timeline.first_token:
+                        if self.heartbeat.active:
+                            await self.heartbeat.stop()
+                        limit.reschedule(loop.time() + self.idle_s)
             await self._end_of_stream(splitter)
         except TimeoutError:
             waited = "the first token" if not self.timeline.first_token else "the next chunk"
@@ -120,27 +97,35 @@ class Relay:
                              "upstream_stream_broken")
         return self.result
 
-    async def _heartbeat(self) -> None:
-        await self.write(HEARTBEAT)
-
     async def _feed(self, events: list[bytes]) -> bool:
-        """Handle upstream events in order; True once the stream is finished."""
+        """Handle one read's events in order and write what they produced; True once finished."""
+        done = self._handle_all(events)
+        await self._flush()
+        return done
+
+    def _handle_all(self, events: list[bytes]) -> bool:
         for event in events:
             if self.translator is None:
-                if await self._handle(event):
+                if self._handle(event):
                     return True
                 continue
             for translated in self.translator.feed(event):
-                if await self._handle(translated.rstrip(b"\n")):
+                if self._handle(translated.rstrip(b"\n")):
                     return True
         return False
 
-    async def _handle(self, event: bytes) -> bool:
+    async def _flush(self) -> None:
+        if self._out:
+            data = self._out[0] if len(self._out) == 1 else b"".join(self._out)
+            self._out.clear()
+            await self.write(data)
+
+    def _handle(self, event: bytes) -> bool:
         """One OpenAI-format event (without its blank line). True when it ended the stream."""
         timeline = self.timeline
         if event == b"data: [DONE]" or event == b"data:[DONE]":
             self.result.clean = self.result.error is None
-            await self._close()
+            self._close()
             return True
         if not timeline.first_token:
             payload = data_field(event)
@@ -162,7 +147,7 @@ class Relay:
                     return False
         if timeline.first_token:
             timeline.token_events += 1
-        await self.write(event + b"\n\n")
+        self._out.append(event + b"\n\n")
         return False
 
     def _note_error(self, chunk: dict[str, Any]) -> None:
@@ -172,28 +157,28 @@ class Relay:
     async def _end_of_stream(self, splitter: EventSplitter) -> None:
         """The upstream closed without `[DONE]`: flush what it owed, then close the client's stream."""
         rest = splitter.rest()
-        if rest and await self._feed([rest]):
-            return
-        if self.translator is not None:
+        if not (rest and self._handle_all([rest])) and self.translator is not None:
             for event in self.translator.finish():
-                if await self._handle(event.rstrip(b"\n")):
-                    return
-        await self._close()
+                if self._handle(event.rstrip(b"\n")):
+                    break
+        self._close()
+        await self._flush()
 
     async def _fail(self, message: str, code: str) -> None:
         log.warning("%s", message)
         self.result.error = message
         self.result.clean = False
-        await self.write(error_event({"error": {"message": message, "type": "upstream_error",
-                                                "param": None, "code": code}}))
-        await self._close()
+        if not self._done:
+            self._out.append(error_event({"error": {"message": message, "type": "upstream_error",
+                                                    "param": None, "code": code}}))
+        self._close()
+        await self._flush()
 
-    async def _close(self) -> None:
+    def _close(self) -> None:
         if self._done:
             return
         self._done = True
-        await self.write(self.timeline.closing_comment())
-        await self.write(DONE)
+        self._out += (self.timeline.closing_comment(), DONE)
 
 
 def _loads(payload: bytes) -> Any:

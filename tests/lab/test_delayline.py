@@ -11,6 +11,7 @@ import json
 import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,10 +19,12 @@ from typing import Any
 import pytest
 
 try:
-    from firsttoken.lab.delayline import DelayLine, DelayLineError
+    import firsttoken
 except ModuleNotFoundError:  # a checkout whose package is not installed in the venv
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
-    from firsttoken.lab.delayline import DelayLine, DelayLineError
+    import firsttoken
+
+from firsttoken.lab.delayline import DelayLine, DelayLineError
 
 SAMPLES = 20
 ATTEMPTS = 3
@@ -249,6 +252,38 @@ def test_close_removes_namespaces_and_processes(available: None) -> None:
     assert not any(ns in listed for ns in namespaces)
     with pytest.raises(DelayLineError):
         line.run_in(line.client_ns, ["true"])
+
+
+def test_stale_namespaces_of_a_killed_process_can_be_removed(available: None) -> None:
+    # A process SIGKILLed with a line open cannot clean up; its forwarder must still exit (end of
+    # stdin) and remove_stale() must find its namespaces.
+    package_root = str(Path(firsttoken.__file__).resolve().parents[1])
+    script = (
+        "import os, sys; sys.path.insert(0, sys.argv[1]);"
+        "from firsttoken.lab.delayline import DelayLine;"
+        "line = DelayLine(rtt_ms=10); line.open();"
+        "print(line.client_ns, line._forwarder.pid, flush=True); os.kill(os.getpid(), 9)"
+    )
+    child = subprocess.run([sys.executable, "-c", script, package_root], capture_output=True, text=True)
+    client_ns, forwarder_pid = child.stdout.split()
+    assert client_ns in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    removed = DelayLine.remove_stale()
+    assert client_ns in removed and len([n for n in removed if n.startswith(client_ns[:-4])]) == 3
+    _wait_gone(int(forwarder_pid))
+
+
+def _wait_gone(pid: int, timeout_s: float = 5.0) -> None:
+    """Wait until ``pid`` has exited (a zombie awaiting its new parent counts as exited)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                if stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                    return
+        except FileNotFoundError:
+            return
+        time.sleep(0.05)
+    pytest.fail(f"process {pid} still running")
 
 
 def test_names_are_unique_per_instance() -> None:

@@ -27,11 +27,10 @@ import json
 import os
 import selectors
 import shutil
-import subprocess
 import signal
+import subprocess
 import sys
 import tempfile
-import weakref
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Sequence
@@ -62,8 +61,9 @@ _MIDDLE_SERVER_IF = "mid-s"
 
 _instance_counter = itertools.count()
 # Lines still open at interpreter exit (a test that forgot ``with``, or an interrupted run) are
-# torn down by the atexit hook, so they do not leave namespaces behind.
-_open_lines: weakref.WeakSet[DelayLine] = weakref.WeakSet()
+# torn down by the atexit hook, so they do not leave namespaces behind. Strong references on
+# purpose: a line dropped without close() must still be found here.
+_open_lines: set[DelayLine] = set()
 
 
 def _run(argv: Sequence[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -177,6 +177,30 @@ class DelayLine:
     def available(cls) -> bool:
         """True when this process may build delay lines (root, working ``ip netns``, veth)."""
         return cls.unavailable_reason() is None
+
+    @staticmethod
+    def remove_stale() -> list[str]:
+        """Delete namespaces left by DelayLines of processes that no longer exist.
+
+        A process killed with SIGKILL cannot clean up (its forwarder does exit, on end of stdin).
+        Namespaces of live processes, this one included, are left alone. Returns what was deleted.
+        """
+        listed = _run(["ip", "netns", "list"], check=False).stdout.split()
+        removed = []
+        for name in listed:
+            parts = name.split("-")
+            if len(parts) != 4 or parts[0] != "ftl" or not parts[1].isdigit():
+                continue
+            try:
+                os.kill(int(parts[1]), 0)
+                continue  # still running (or a recycled pid: leaving it is the safe mistake)
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                continue
+            if _run(["ip", "netns", "del", name], check=False).returncode == 0:
+                removed.append(name)
+        return removed
 
     # ----------------------------------------------------------------------------------------
     # Lifecycle
@@ -344,9 +368,9 @@ class DelayLine:
         """Forwarder counters per direction ("client-to-server", "server-to-client").
 
         Each has received, sent, dropped, queued (frames in flight), largest_frame (bytes,
-        Ethernet header included) and lateness_p50_ms /
-        lateness_p99_ms / lateness_max_ms: how long after their deadline recent frames were
-        released (the forwarder's own contribution to the delay).
+        Ethernet header included) and lateness_p50_ms / lateness_p99_ms / lateness_max_ms: how
+        long after their deadline recent frames were released (the forwarder's own contribution
+        to the delay).
         """
         proc = self._forwarder
         if proc is None or proc.stdin is None or proc.poll() is not None:

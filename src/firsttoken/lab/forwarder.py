@@ -39,7 +39,7 @@ from typing import Any
 # From <linux/if_ether.h> and <linux/if_packet.h>; the socket module does not export them all.
 ETH_P_ALL = 0x0003
 PACKET_OUTGOING = 4
-# Kernel receive timestamps as struct timespec (<asm-generic/socket.h>).
+# Kernel receive timestamps as struct timespec (<asm-generic/socket.h>; x86 and arm values).
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 _TIMESPEC = struct.Struct("@qq")
 _ANCILLARY_SPACE = socket.CMSG_SPACE(_TIMESPEC.size)
@@ -146,15 +146,19 @@ class Direction:
             # loop them back where they came from.
             if address[2] == PACKET_OUTGOING:
                 continue
+            # Wall clock first, monotonic second: the timestamp is wall-clock time and has to be
+            # moved onto the monotonic clock the sending thread uses. If we are preempted between
+            # the two reads, this order under-estimates the offset and so dates the frame later,
+            # never earlier: the delay stays a floor. (The opposite order let a round trip beat
+            # the delay by tens of microseconds.)
+            wall = time_ns()
             now = monotonic_ns()
             arrival = now
             for level, kind, data in ancdata:
                 if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
                     seconds, nanoseconds = unpack_timespec(data)
-                    # The timestamp is wall-clock time; move it onto the monotonic clock the
-                    # sending thread uses. min(): a wall-clock step must never date a frame in
-                    # the future (it would be held longer than the delay).
-                    arrival = min(now, seconds * 1_000_000_000 + nanoseconds - (time_ns() - now))
+                    # min(): a wall-clock step must not date a frame in the future either.
+                    arrival = min(now, seconds * 1_000_000_000 + nanoseconds - (wall - now))
             put((arrival + delay_ns, frame))
             self.received += 1
             if len(frame) > self.largest_frame:
@@ -190,7 +194,8 @@ class Direction:
                 self.dropped += 1
 
     def stats(self) -> dict[str, Any]:
-        lateness = sorted(self._lateness_ns)
+        # deque.copy() runs in C under the GIL, so the sending thread cannot append mid-copy.
+        lateness = sorted(self._lateness_ns.copy())
 
         def percentile_ms(fraction: float) -> float:
             if not lateness:

@@ -16,7 +16,8 @@ import aiohttp
 
 from firsttoken.errors import GatewayError, bad_gateway, gateway_timeout
 from firsttoken.journey.timeline import Timeline
-from firsttoken.relay import Relay, wait_with_heartbeat
+from firsttoken.heartbeat import Heartbeat
+from firsttoken.relay import Relay
 from firsttoken.routing.targets import Target
 from firsttoken.server.http import SSE_HEADERS, Headers, Send, send_bytes, send_error
 from firsttoken.sse import DONE, HEARTBEAT, error_event
@@ -142,10 +143,21 @@ class StreamForwarder:
         self.base_headers = base_headers
         self.timeline = timeline
         self.client_wants_usage = client_wants_usage
-        self.heartbeat_s = heartbeat_s
+        self.heartbeat = Heartbeat(heartbeat_s, self._heartbeat)
         self.started = False
 
     async def run(self) -> None:
+        self.heartbeat.start()
+        try:
+            failure = await self._try_targets()
+            if failure is not None:
+                log.warning("stream failed after %d attempt(s): %s", self.timeline.attempts, failure.message)
+                await self.heartbeat.stop()
+                await self._fail(failure)
+        finally:
+            self.heartbeat.close()
+
+    async def _try_targets(self) -> GatewayError | None:
         failure: GatewayError | None = None
         loop = asyncio.get_running_loop()
         for target in self.targets:
@@ -157,13 +169,9 @@ class StreamForwarder:
             timeline.attempts += 1
             timeline.sent = perf_counter()
             deadline = loop.time() + link.settings.timeouts.first_byte
-            opening = loop.create_task(_open_retrying(link, request, timing))
             try:
-                try:
-                    response = await wait_with_heartbeat(opening, self.heartbeat_s, deadline, self._heartbeat)
-                except BaseException:
-                    _close_if_opened(opening)
-                    raise
+                async with asyncio.timeout_at(deadline):
+                    response = await _open_retrying(link, request, timing)
             except TimeoutError:
                 failure = _timeout(link)
                 continue
@@ -176,13 +184,9 @@ class StreamForwarder:
             finally:
                 if not link.pool.releasing(response):
                     response.close()  # aborts a stream cut short, so the upstream stops generating
-            if failure is None:
-                return
-            if not (failure.status in RETRYABLE_STATUS):
-                break
-        assert failure is not None
-        log.warning("stream failed after %d attempt(s): %s", self.timeline.attempts, failure.message)
-        await self._fail(failure)
+            if failure is None or failure.status not in RETRYABLE_STATUS:
+                return failure
+        return failure
 
     async def _answer(self, link: UpstreamLink, response: aiohttp.ClientResponse, deadline: float) -> GatewayError | None:
         """Relay one upstream response; a GatewayError when it refused (nothing relayed yet)."""
@@ -199,15 +203,17 @@ class StreamForwarder:
             if self.started:
                 return bad_gateway(f"upstream {link.name} answered a stream request with "
                                    f"{response.content_type}", code="upstream_bad_response")
+            await self.heartbeat.stop()
             await send_bytes(self.send, response.status, link.adapter.chat_response(data),
                              response_headers(self.base_headers, self.timeline))
             return None
         await self._start(passthrough_headers(response))
         relay = Relay(response, self._write, self.timeline,
                       translator=link.adapter.stream_translator(True),  # usage for us; the relay strips it
-                      strip_usage=not self.client_wants_usage, heartbeat_s=self.heartbeat_s,
+                      strip_usage=not self.client_wants_usage, heartbeat=self.heartbeat,
                       first_token_deadline=deadline, idle_s=link.settings.timeouts.idle, upstream=link.name)
         result = await relay.run()
+        await self.heartbeat.stop()
         await self.send({"type": "http.response.body", "body": b""})
         if result.clean:
             link.pool.release_later(response)
@@ -235,12 +241,6 @@ class StreamForwarder:
         await self._write(error_event(failure.body()))
         await self._write(self.timeline.closing_comment())
         await self.send({"type": "http.response.body", "body": DONE})
-
-
-def _close_if_opened(opening: asyncio.Task[aiohttp.ClientResponse]) -> None:
-    """A response that arrived just as its wait was abandoned must still give its connection back."""
-    if opening.done() and not opening.cancelled() and opening.exception() is None:
-        opening.result().close()
 
 
 def client_wants_usage(body: dict[str, Any]) -> bool:

@@ -123,6 +123,9 @@ class WarmPool:
     def release_later(self, response: aiohttp.ClientResponse) -> None:
         """Give a finished stream's connection back once its last bytes (the end of the chunked body,
         after `[DONE]`) are read, instead of closing it half-read; off the request's own path."""
+        if response.content.is_eof():  # usually the end came in the same read as [DONE]
+            response.release()
+            return
         if len(self._releasing) >= self.settings.pool.max:  # a bound: close rather than queue
             response.close()
             return
