@@ -3,7 +3,7 @@
 It works on bytes: it finds event boundaries, notes the first token-bearing event (parsing JSON only
 until then), drops the usage chunk the client did not ask for, and closes every stream with the
 `: server-timing` comment and `data: [DONE]`. Until the first token it sends an SSE comment every
-`heartbeat_s` (see heartbeat.py) so proxies and mobile networks keep an idle stream open.
+`heartbeat_s` (see alarms.py) so proxies and mobile networks keep an idle stream open.
 
 Events that arrive in one read leave in one write: nothing waits to be merged, but a burst the
 upstream sent together costs one send instead of one per event.
@@ -22,7 +22,7 @@ import aiohttp
 import orjson
 
 from firsttoken.journey.timeline import Timeline
-from firsttoken.heartbeat import Heartbeat
+from firsttoken.alarms import Alarms, Heartbeat
 from firsttoken.sse import DONE, EventSplitter, data_field, error_event
 from firsttoken.upstream.adapter import StreamTranslator
 
@@ -59,13 +59,14 @@ class Relay:
     """Moves one upstream response's events to the client."""
 
     def __init__(self, response: aiohttp.ClientResponse, write: Write, timeline: Timeline, *,
-                 translator: StreamTranslator | None, strip_usage: bool, heartbeat: Heartbeat,
+                 translator: StreamTranslator | None, strip_usage: bool, alarms: Alarms, heartbeat: Heartbeat,
                  first_token_deadline: float, idle_s: float, upstream: str) -> None:
         self.response = response
         self.write = write
         self.timeline = timeline
         self.translator = translator
         self.strip_usage = strip_usage
+        self.alarms = alarms
         self.heartbeat = heartbeat
         self.first_token_deadline = first_token_deadline
         self.idle_s = idle_s
@@ -80,7 +81,7 @@ class Relay:
         loop = asyncio.get_running_loop()
         try:
             # One deadline: for the first token at first, then for each next chunk.
-            async with asyncio.timeout_at(self.first_token_deadline) as limit:
+            async with self.alarms.deadline(self.first_token_deadline) as limit:
                 while data := await content.readany():
                     if await self._feed(splitter.feed(data)):
                         return self.result

@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import uuid
+import itertools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from firsttoken import config as config_module
+from firsttoken.alarms import Alarms
 from firsttoken.config import Settings
 from firsttoken.errors import GatewayError, bad_request
 from firsttoken.journey.timeline import Timeline
@@ -29,6 +30,10 @@ class Gateway:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.upstreams = Upstreams(settings.upstreams)
+        self.alarms = Alarms()
+        # request ids: a per-process random prefix and a counter; unique without a syscall per request
+        self._id_prefix = os.urandom(6).hex().encode()
+        self._ids = itertools.count(1)
         self.resolver = TargetResolver(settings, self.upstreams.listed_models)
         self.keys = ClientKeys(settings.keys)
         self.max_body = settings.limits.max_body_bytes
@@ -58,6 +63,7 @@ class Gateway:
             message = await receive()
             if message["type"] == "lifespan.startup":
                 try:
+                    self.alarms.start()
                     await self.upstreams.start()
                 except Exception as exc:  # reported to the server, which refuses to start
                     await send({"type": "lifespan.startup.failed", "message": str(exc)})
@@ -65,12 +71,13 @@ class Gateway:
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self.upstreams.close()
+                await self.alarms.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         timeline = Timeline()
-        base: Headers = [(b"x-request-id", f"req_{uuid.uuid4().hex}".encode())]
+        base: Headers = [(b"x-request-id", b"req_%s%x" % (self._id_prefix, next(self._ids)))]
         methods = self.routes.get(scope["path"])
         try:
             if methods is None:
@@ -108,12 +115,12 @@ class Gateway:
             return link.adapter.chat(body, target.model, stream)
 
         if stream:
-            forwarder = StreamForwarder(self.upstreams, targets, build, send, base, timeline,
+            forwarder = StreamForwarder(self.upstreams, self.alarms, targets, build, send, base, timeline,
                                         client_wants_usage=client_wants_usage(body), heartbeat_s=self.heartbeat_s)
             await until_disconnect(receive, forwarder.run())
         else:
             await until_disconnect(receive, forward_complete(
-                self.upstreams, targets, build, lambda link, data: link.adapter.chat_response(data),
+                self.upstreams, self.alarms, targets, build, lambda link, data: link.adapter.chat_response(data),
                 send, base, timeline))
 
     async def embeddings(self, scope: Scope, receive: Receive, send: Send, base: Headers,
@@ -122,7 +129,7 @@ class Gateway:
         body = validate.parse_json_object(await read_body(scope, receive, self.max_body))
         targets = self.resolver.resolve(validate.embeddings_request(body))
         await until_disconnect(receive, forward_complete(
-            self.upstreams, targets, lambda link, target: link.adapter.embeddings(body, target.model),
+            self.upstreams, self.alarms, targets, lambda link, target: link.adapter.embeddings(body, target.model),
             lambda link, data: data, send, base, timeline))
 
     async def models(self, scope: Scope, receive: Receive, send: Send, base: Headers, timeline: Timeline) -> None:

@@ -16,7 +16,7 @@ import aiohttp
 
 from firsttoken.errors import GatewayError, bad_gateway, gateway_timeout
 from firsttoken.journey.timeline import Timeline
-from firsttoken.heartbeat import Heartbeat
+from firsttoken.alarms import Alarms
 from firsttoken.relay import Relay
 from firsttoken.routing.targets import Target
 from firsttoken.server.http import SSE_HEADERS, Headers, Send, send_bytes, send_error
@@ -88,7 +88,7 @@ def _record_connection(timeline: Timeline, timing: ConnectTiming) -> None:
     timeline.dns_ms = timing.dns_ms
 
 
-async def forward_complete(upstreams: Upstreams, targets: list[Target], build: BuildRequest,
+async def forward_complete(upstreams: Upstreams, alarms: Alarms, targets: list[Target], build: BuildRequest,
                            translate: Callable[[UpstreamLink, bytes], bytes], send: Send,
                            base_headers: Headers, timeline: Timeline) -> None:
     """A non-streaming request: the first target that answers well is the answer."""
@@ -101,11 +101,11 @@ async def forward_complete(upstreams: Upstreams, targets: list[Target], build: B
         timeline.attempts += 1
         timeline.sent = perf_counter()
         try:
-            async with asyncio.timeout(link.settings.timeouts.first_byte):
+            async with alarms.deadline(alarms.now() + link.settings.timeouts.first_byte):
                 response = await _open_retrying(link, request, timing)
             _record_connection(timeline, timing)
             try:
-                async with asyncio.timeout(link.settings.timeouts.idle):
+                async with alarms.deadline(alarms.now() + link.settings.timeouts.idle):
                     data = await response.read()
             finally:
                 response.release()
@@ -134,16 +134,17 @@ class StreamForwarder:
     """A streaming request: SSE headers go out as soon as the first target answers (or the first
     heartbeat is due), then the relay moves its events."""
 
-    def __init__(self, upstreams: Upstreams, targets: list[Target], build: BuildRequest, send: Send,
+    def __init__(self, upstreams: Upstreams, alarms: Alarms, targets: list[Target], build: BuildRequest, send: Send,
                  base_headers: Headers, timeline: Timeline, *, client_wants_usage: bool, heartbeat_s: float) -> None:
         self.upstreams = upstreams
+        self.alarms = alarms
         self.targets = targets
         self.build = build
         self.send = send
         self.base_headers = base_headers
         self.timeline = timeline
         self.client_wants_usage = client_wants_usage
-        self.heartbeat = Heartbeat(heartbeat_s, self._heartbeat)
+        self.heartbeat = alarms.heartbeat(heartbeat_s, self._heartbeat)
         self.started = False
 
     async def run(self) -> None:
@@ -159,7 +160,6 @@ class StreamForwarder:
 
     async def _try_targets(self) -> GatewayError | None:
         failure: GatewayError | None = None
-        loop = asyncio.get_running_loop()
         for target in self.targets:
             link = self.upstreams[target.upstream]
             request = self.build(link, target)
@@ -168,9 +168,9 @@ class StreamForwarder:
             timeline.route = target.label
             timeline.attempts += 1
             timeline.sent = perf_counter()
-            deadline = loop.time() + link.settings.timeouts.first_byte
+            deadline = self.alarms.now() + link.settings.timeouts.first_byte
             try:
-                async with asyncio.timeout_at(deadline):
+                async with self.alarms.deadline(deadline):
                     response = await _open_retrying(link, request, timing)
             except TimeoutError:
                 failure = _timeout(link)
@@ -191,14 +191,14 @@ class StreamForwarder:
     async def _answer(self, link: UpstreamLink, response: aiohttp.ClientResponse, deadline: float) -> GatewayError | None:
         """Relay one upstream response; a GatewayError when it refused (nothing relayed yet)."""
         if response.status >= 400:
-            async with asyncio.timeout(link.settings.timeouts.idle):
+            async with self.alarms.deadline(self.alarms.now() + link.settings.timeouts.idle):
                 data = await response.read()
             error = link.adapter.error(response.status, data)
             error.headers.update({k.decode(): v.decode() for k, v in passthrough_headers(response)})
             return error
         if not response.content_type.startswith("text/event-stream"):
             # Some servers answer a stream request with one JSON body; pass it on as it is.
-            async with asyncio.timeout(link.settings.timeouts.idle):
+            async with self.alarms.deadline(self.alarms.now() + link.settings.timeouts.idle):
                 data = await response.read()
             if self.started:
                 return bad_gateway(f"upstream {link.name} answered a stream request with "
@@ -210,7 +210,7 @@ class StreamForwarder:
         await self._start(passthrough_headers(response))
         relay = Relay(response, self._write, self.timeline,
                       translator=link.adapter.stream_translator(True),  # usage for us; the relay strips it
-                      strip_usage=not self.client_wants_usage, heartbeat=self.heartbeat,
+                      strip_usage=not self.client_wants_usage, alarms=self.alarms, heartbeat=self.heartbeat,
                       first_token_deadline=deadline, idle_s=link.settings.timeouts.idle, upstream=link.name)
         result = await relay.run()
         await self.heartbeat.stop()

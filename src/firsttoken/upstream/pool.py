@@ -105,7 +105,10 @@ class WarmPool:
         )
         self.session = aiohttp.ClientSession(
             connector=connector,
-            timeout=aiohttp.ClientTimeout(total=None, connect=self.settings.timeouts.connect, sock_read=None),
+            # sock_connect, not connect: aiohttp arms a `connect` timer even when a pooled connection is
+            # reused; the request's own deadline (alarms.py) bounds the wait for a free connection.
+            timeout=aiohttp.ClientTimeout(total=None, connect=None, sock_connect=self.settings.timeouts.connect,
+                                          sock_read=None),
             trace_configs=[_trace_config()],
             auto_decompress=False,  # bytes pass through as the upstream sent them
             skip_auto_headers=("User-Agent",),

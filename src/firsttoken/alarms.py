@@ -1,0 +1,158 @@
+"""Coarse timers for many requests at once: deadlines and heartbeats checked by one ticker.
+
+A per-wait `asyncio.timeout` or `call_later` costs a timer handle (a libuv timer under uvloop) for
+every request; at thousands of requests a second, two or three of those per request took about a
+third of the gateway's CPU. Our deadlines and heartbeats are seconds long, so one ticker every
+`resolution` seconds that walks the armed alarms is exact enough, and arming one is a set insert.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+
+log = logging.getLogger("firsttoken.alarms")
+
+
+class Alarm:
+    __slots__ = ("when",)
+
+    def __init__(self, when: float) -> None:
+        self.when = when
+
+    def fire(self, alarms: Alarms, now: float) -> bool:
+        """Called once `when` has passed; True keeps the alarm armed (with a new `when`)."""
+        raise NotImplementedError
+
+
+class Alarms:
+    def __init__(self, resolution: float = 0.05) -> None:
+        self.resolution = resolution
+        self._armed: set[Alarm] = set()
+        self._ticker: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._ticker = asyncio.get_running_loop().create_task(self._tick(), name="alarms")
+
+    async def close(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            await asyncio.gather(self._ticker, return_exceptions=True)
+        self._armed.clear()
+
+    def arm(self, alarm: Alarm) -> None:
+        self._armed.add(alarm)
+
+    def disarm(self, alarm: Alarm) -> None:
+        self._armed.discard(alarm)
+
+    def now(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    async def _tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.resolution)
+            if not self._armed:
+                continue
+            now = loop.time()
+            for alarm in [a for a in self._armed if a.when <= now]:
+                try:
+                    keep = alarm.fire(self, now)
+                except Exception:  # one broken alarm must not stop every other request's timers
+                    log.exception("alarm failed")
+                    keep = False
+                if not keep:
+                    self._armed.discard(alarm)
+
+    # --- the two kinds the gateway uses ------------------------------------------------------
+
+    def deadline(self, when: float) -> Deadline:
+        return Deadline(self, when)
+
+    def heartbeat(self, interval: float, beat: Callable[[], Awaitable[None]]) -> Heartbeat:
+        return Heartbeat(self, interval, beat)
+
+
+class Deadline(Alarm):
+    """Like `asyncio.timeout_at`: past `when`, the task inside the block is cancelled and the block
+    raises TimeoutError. `reschedule` moves the deadline (an idle timeout, renewed per chunk)."""
+
+    __slots__ = ("_alarms", "_task", "expired")
+
+    def __init__(self, alarms: Alarms, when: float) -> None:
+        super().__init__(when)
+        self._alarms = alarms
+        self._task: asyncio.Task[object] | None = None
+        self.expired = False
+
+    def reschedule(self, when: float) -> None:
+        self.when = when
+
+    def fire(self, alarms: Alarms, now: float) -> bool:
+        self.expired = True
+        if self._task is not None:
+            self._task.cancel()
+        return False
+
+    async def __aenter__(self) -> Deadline:
+        self._task = asyncio.current_task()
+        self._alarms.arm(self)
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        self._alarms.disarm(self)
+        if self.expired and kind is asyncio.CancelledError and self._task is not None:
+            if self._task.uncancel() == 0:
+                raise TimeoutError from exc
+
+
+class Heartbeat(Alarm):
+    """While started, `beat()` every `interval` seconds (an SSE comment keeping an idle stream open).
+    A beat being written finishes before `stop` returns, so writes never interleave."""
+
+    __slots__ = ("_alarms", "interval", "_beat", "_beating", "active")
+
+    def __init__(self, alarms: Alarms, interval: float, beat: Callable[[], Awaitable[None]]) -> None:
+        super().__init__(0.0)
+        self._alarms = alarms
+        self.interval = interval
+        self._beat = beat
+        self._beating: asyncio.Task[None] | None = None
+        self.active = False
+
+    def start(self) -> None:
+        if not self.active:
+            self.active = True
+            self.when = self._alarms.now() + self.interval
+            self._alarms.arm(self)
+
+    def fire(self, alarms: Alarms, now: float) -> bool:
+        if self._beating is None:
+            self._beating = asyncio.get_running_loop().create_task(self._run())
+        self.when = now + self.interval
+        return True
+
+    async def _run(self) -> None:
+        try:
+            await self._beat()
+        except Exception as exc:  # the client went away: its request's own path notices and ends
+            log.debug("heartbeat not sent: %s", exc)
+        finally:
+            self._beating = None
+
+    async def stop(self) -> None:
+        self.active = False
+        self._alarms.disarm(self)
+        if self._beating is not None:
+            await asyncio.shield(self._beating)
+
+    def close(self) -> None:
+        """Stop at once (the request is ending for another reason)."""
+        self.active = False
+        self._alarms.disarm(self)
+        if self._beating is not None:
+            self._beating.cancel()
