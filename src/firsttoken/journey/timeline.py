@@ -11,7 +11,7 @@ from time import perf_counter
 
 class Timeline:
     __slots__ = ("received", "cache_ms", "sent", "first_byte", "first_token", "last_byte",
-                 "connect_ms", "dns_ms", "reused", "token_events", "route", "attempts")
+                 "connect_ms", "reused", "token_events", "route", "attempts")
 
     def __init__(self) -> None:
         self.received = perf_counter()
@@ -21,7 +21,6 @@ class Timeline:
         self.first_token = 0.0
         self.last_byte = 0.0
         self.connect_ms = 0.0
-        self.dns_ms = 0.0
         self.reused = False
         self.token_events = 0
         self.route = ""

@@ -22,7 +22,6 @@ from firsttoken.routing.targets import Target
 from firsttoken.server.http import SSE_HEADERS, Headers, Send, send_bytes, send_error
 from firsttoken.sse import DONE, HEARTBEAT, error_event
 from firsttoken.upstream.adapter import UpstreamRequest
-from firsttoken.upstream.pool import ConnectTiming
 from firsttoken.upstream.registry import UpstreamLink, Upstreams
 
 log = logging.getLogger("firsttoken.forward")
@@ -63,29 +62,21 @@ def _timeout(link: UpstreamLink) -> GatewayError:
                            f"(timeouts.first_byte); it may be overloaded, or the timeout may be too short.")
 
 
-async def _open(link: UpstreamLink, request: UpstreamRequest, timing: ConnectTiming) -> aiohttp.ClientResponse:
-    assert link.pool.session is not None
-    return await link.pool.session.post(request.url, data=request.data, headers=request.headers,
-                                        trace_request_ctx=timing)
-
-
-async def _open_retrying(link: UpstreamLink, request: UpstreamRequest, timing: ConnectTiming) -> aiohttp.ClientResponse:
-    """Open the request; once more on a fresh connection if a reused one was closed under us (the
-    upstream's keep-alive timer and our reuse can cross: the request never reached it)."""
+async def _open(link: UpstreamLink, request: UpstreamRequest, timeline: Timeline) -> aiohttp.ClientResponse:
+    """Send the request and wait for the response headers; once more if the pooled connection was
+    closed under us (the upstream's keep-alive timer and our reuse can cross: it never saw it)."""
+    session = link.pool.session
+    assert session is not None
     try:
-        return await _open(link, request, timing)
+        response = await session.post(request.url, data=request.data, headers=request.headers)
     except aiohttp.ServerDisconnectedError:
-        if not timing.reused:
-            raise
-        timing.__init__()  # type: ignore[misc]  # fresh timings for the second attempt
-        return await _open(link, request, timing)
-
-
-def _record_connection(timeline: Timeline, timing: ConnectTiming) -> None:
+        response = await session.post(request.url, data=request.data, headers=request.headers)
     timeline.first_byte = perf_counter()
-    timeline.reused = timing.reused
-    timeline.connect_ms = 0.0 if timing.reused else timing.connect_ms
-    timeline.dns_ms = timing.dns_ms
+    assert link.pool.connector is not None
+    opened_ms = link.pool.connector.connect_ms(response)
+    timeline.reused = opened_ms is None
+    timeline.connect_ms = opened_ms or 0.0
+    return response
 
 
 async def forward_complete(upstreams: Upstreams, alarms: Alarms, targets: list[Target], build: BuildRequest,
@@ -96,14 +87,12 @@ async def forward_complete(upstreams: Upstreams, alarms: Alarms, targets: list[T
     for target in targets:
         link = upstreams[target.upstream]
         request = build(link, target)
-        timing = ConnectTiming()
         timeline.route = target.label
         timeline.attempts += 1
         timeline.sent = perf_counter()
         try:
             async with alarms.deadline(alarms.now() + link.settings.timeouts.first_byte):
-                response = await _open_retrying(link, request, timing)
-            _record_connection(timeline, timing)
+                response = await _open(link, request, timeline)
             try:
                 async with alarms.deadline(alarms.now() + link.settings.timeouts.idle):
                     data = await response.read()
@@ -163,7 +152,6 @@ class StreamForwarder:
         for target in self.targets:
             link = self.upstreams[target.upstream]
             request = self.build(link, target)
-            timing = ConnectTiming()
             timeline = self.timeline
             timeline.route = target.label
             timeline.attempts += 1
@@ -171,14 +159,13 @@ class StreamForwarder:
             deadline = self.alarms.now() + link.settings.timeouts.first_byte
             try:
                 async with self.alarms.deadline(deadline):
-                    response = await _open_retrying(link, request, timing)
+                    response = await _open(link, request, timeline)
             except TimeoutError:
                 failure = _timeout(link)
                 continue
             except CONNECTION_ERRORS as exc:
                 failure = _connection_error(link, exc)
                 continue
-            _record_connection(timeline, timing)
             try:
                 failure = await self._answer(link, response, deadline)
             finally:
