@@ -54,6 +54,7 @@ class Upstream(_Strict):
     headers: dict[str, str] = Field(default_factory=dict)
     models: list[str] = Field(default_factory=list, description="models it serves, if it cannot list them")
     stream_usage: bool = True  # ask for stream_options.include_usage (a few servers reject it)
+    ca_file: str | None = None  # a CA bundle to trust for this upstream's TLS (a private or corporate CA)
     timeouts: Timeouts = Field(default_factory=Timeouts)
     pool: Pool = Field(default_factory=Pool)
 

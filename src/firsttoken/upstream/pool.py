@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -72,8 +73,11 @@ class WarmPool:
 
     async def start(self) -> None:
         pool = self.settings.pool
+        tls: ssl.SSLContext | bool = True
+        if self.settings.ca_file:
+            tls = ssl.create_default_context(cafile=self.settings.ca_file)
         self.connector = connector = TimedConnector(
-            limit=pool.max, limit_per_host=pool.max, keepalive_timeout=pool.keepalive_s,
+            ssl=tls, limit=pool.max, limit_per_host=pool.max, keepalive_timeout=pool.keepalive_s,
             ttl_dns_cache=300, enable_cleanup_closed=True,
         )
         self.session = aiohttp.ClientSession(
