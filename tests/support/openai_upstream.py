@@ -30,6 +30,7 @@ class Stats:
         self.aborted_streams = 0
         self.bad_auth = 0
         self.last_body: dict[str, Any] | None = None
+        self.last_path = ""
 
 
 def _chunk(model: str, delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
@@ -56,7 +57,10 @@ def build_app(stats: Stats) -> web.Application:
     async def track(request: web.Request) -> None:
         stats.requests += 1
         stats.connections.add(request.transport)  # strong refs: ids of closed ones are never reused
-        if request.headers.get("Authorization") != f"Bearer {UPSTREAM_KEY}":
+        azure = request.path.startswith("/openai/")
+        if azure and (request.headers.get("api-key") != UPSTREAM_KEY or not request.query.get("api-version")):
+            stats.bad_auth += 1
+        elif not azure and request.headers.get("Authorization") != f"Bearer {UPSTREAM_KEY}":
             stats.bad_auth += 1
 
     async def models(request: web.Request) -> web.Response:
@@ -65,6 +69,7 @@ def build_app(stats: Stats) -> web.Application:
 
     async def embeddings(request: web.Request) -> web.Response:
         await track(request)
+        stats.last_path = request.path_qs
         body = await request.json()
         inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
         return web.json_response({"object": "list", "model": body["model"], "usage": _usage(len(inputs), 0),
@@ -79,7 +84,9 @@ def build_app(stats: Stats) -> web.Application:
         await track(request)
         body = await request.json()
         stats.last_body = body
-        model = body["model"]
+        stats.last_path = request.path_qs
+        # Azure names the model in the URL (the deployment), not in the body
+        model = request.match_info.get("deployment") or body["model"]
         if model.startswith("error-"):
             status = int(model.split("-")[1])
             headers = {"Retry-After": "7", "x-ratelimit-remaining-requests": "0"} if status == 429 else {}
@@ -149,6 +156,9 @@ def build_app(stats: Stats) -> web.Application:
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_post("/v1/embeddings", embeddings)
     app.router.add_get("/_stats", stats_view)
+    app.router.add_get("/openai/models", models)  # Azure OpenAI's layout
+    app.router.add_post("/openai/deployments/{deployment}/chat/completions", chat)
+    app.router.add_post("/openai/deployments/{deployment}/embeddings", embeddings)
     return app
 
 
