@@ -278,8 +278,8 @@ def test_a_non_message_answer_is_a_bad_gateway() -> None:
 
 def test_anthropic_errors_keep_their_message() -> None:
     body = b'{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}'
-    error = adapter().error(529, body)
-    assert (error.status, error.type, error.message) == (529, "overloaded_error", "Overloaded")
+    error = adapter().error(529, body)  # Anthropic's non-standard "overloaded" is answered as 503
+    assert (error.status, error.type, error.message) == (503, "overloaded_error", "Overloaded")
 
 
 # --- streams -----------------------------------------------------------------------------------
