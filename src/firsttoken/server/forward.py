@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from collections.abc import Callable
 from time import perf_counter
 from typing import Any
@@ -79,35 +80,66 @@ async def _open(link: UpstreamLink, request: UpstreamRequest, timeline: Timeline
     return response
 
 
+@dataclass(slots=True)
+class Attempt:
+    """One target tried: its link, and the response headers or why there are none."""
+    link: UpstreamLink
+    deadline: float
+    response: aiohttp.ClientResponse | None = None
+    failure: GatewayError | None = None
+
+
+async def _attempt(upstreams: Upstreams, alarms: Alarms, target: Target, build: BuildRequest,
+                   timeline: Timeline) -> Attempt:
+    """Send the request to one target and wait, within its first-byte deadline, for the headers."""
+    link = upstreams[target.upstream]
+    request = build(link, target)
+    timeline.route = target.label
+    timeline.attempts += 1
+    timeline.sent = perf_counter()
+    attempt = Attempt(link, alarms.now() + link.settings.timeouts.first_byte)
+    try:
+        async with alarms.deadline(attempt.deadline):
+            attempt.response = await _open(link, request, timeline)
+    except TimeoutError:
+        attempt.failure = _timeout(link)
+    except CONNECTION_ERRORS as exc:
+        attempt.failure = _connection_error(link, exc)
+    return attempt
+
+
+def _refusal(link: UpstreamLink, response: aiohttp.ClientResponse, data: bytes) -> GatewayError:
+    """An upstream's error status as the client's error, its rate-limit headers kept."""
+    error = link.adapter.error(response.status, data)
+    error.headers.update({k.decode(): v.decode() for k, v in passthrough_headers(response)})
+    return error
+
+
 async def forward_complete(upstreams: Upstreams, alarms: Alarms, targets: list[Target], build: BuildRequest,
                            translate: Callable[[UpstreamLink, bytes], bytes], send: Send,
                            base_headers: Headers, timeline: Timeline) -> None:
     """A non-streaming request: the first target that answers well is the answer."""
     failure: GatewayError | None = None
     for target in targets:
-        link = upstreams[target.upstream]
-        request = build(link, target)
-        timeline.route = target.label
-        timeline.attempts += 1
-        timeline.sent = perf_counter()
+        attempt = await _attempt(upstreams, alarms, target, build, timeline)
+        link, response = attempt.link, attempt.response
+        if response is None:
+            failure = attempt.failure
+            continue
         try:
-            async with alarms.deadline(alarms.now() + link.settings.timeouts.first_byte):
-                response = await _open(link, request, timeline)
-            try:
-                async with alarms.deadline(alarms.now() + link.settings.timeouts.idle):
-                    data = await response.read()
-            finally:
-                response.release()
+            async with alarms.deadline(alarms.now() + link.settings.timeouts.idle):
+                data = await response.read()
         except TimeoutError:
             failure = _timeout(link)
             continue
         except CONNECTION_ERRORS as exc:
             failure = _connection_error(link, exc)
             continue
+        finally:
+            response.release()
         if response.status >= 400:
-            failure = link.adapter.error(response.status, data)
-            failure.headers.update({k.decode(): v.decode() for k, v in passthrough_headers(response)})
-            if response.status in RETRYABLE_STATUS:
+            failure = _refusal(link, response, data)
+            if failure.status in RETRYABLE_STATUS:
                 continue
             break
         headers = response_headers(base_headers, timeline) + passthrough_headers(response)
@@ -150,24 +182,17 @@ class StreamForwarder:
     async def _try_targets(self) -> GatewayError | None:
         failure: GatewayError | None = None
         for target in self.targets:
-            link = self.upstreams[target.upstream]
-            request = self.build(link, target)
-            timeline = self.timeline
-            timeline.route = target.label
-            timeline.attempts += 1
-            timeline.sent = perf_counter()
-            deadline = self.alarms.now() + link.settings.timeouts.first_byte
-            try:
-                async with self.alarms.deadline(deadline):
-                    response = await _open(link, request, timeline)
-            except TimeoutError:
-                failure = _timeout(link)
+            attempt = await _attempt(self.upstreams, self.alarms, target, self.build, self.timeline)
+            link, response = attempt.link, attempt.response
+            if response is None:
+                failure = attempt.failure
                 continue
+            try:
+                failure = await self._answer(link, response, attempt.deadline)
+            except TimeoutError:  # reading a refusal's body (a stream's own failures end in the relay)
+                failure = _timeout(link)
             except CONNECTION_ERRORS as exc:
                 failure = _connection_error(link, exc)
-                continue
-            try:
-                failure = await self._answer(link, response, deadline)
             finally:
                 if not link.pool.releasing(response):
                     response.close()  # aborts a stream cut short, so the upstream stops generating
@@ -180,9 +205,7 @@ class StreamForwarder:
         if response.status >= 400:
             async with self.alarms.deadline(self.alarms.now() + link.settings.timeouts.idle):
                 data = await response.read()
-            error = link.adapter.error(response.status, data)
-            error.headers.update({k.decode(): v.decode() for k, v in passthrough_headers(response)})
-            return error
+            return _refusal(link, response, data)
         if not response.content_type.startswith("text/event-stream"):
             # Some servers answer a stream request with one JSON body; pass it on as it is.
             async with self.alarms.deadline(self.alarms.now() + link.settings.timeouts.idle):
