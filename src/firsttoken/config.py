@@ -92,6 +92,7 @@ class Limits(_Strict):
 
 class Streaming(_Strict):
     heartbeat_s: float = Field(5.0, gt=0, description="SSE comment interval while waiting for the first token")
+    client_stall_s: float = Field(60.0, gt=0, description="a client that reads nothing for this long is dropped")
 
 
 class Settings(_Strict):

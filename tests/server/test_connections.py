@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -74,3 +76,21 @@ def test_two_workers_share_the_port(own_upstream, tmp_path) -> None:
         while len(own_upstream.stats.connections) < 4 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert len(own_upstream.stats.connections) >= 4  # each worker warmed its own pool
+
+
+def test_a_client_that_stops_reading_is_dropped_and_its_upstream_aborted(own_upstream, tmp_path) -> None:
+    settings = gateway_settings(own_upstream.url)
+    settings["streaming"]["client_stall_s"] = 1.0
+    with GatewayProcess(settings, tmp_path) as gateway:
+        body = json.dumps({"model": "fake/flood", "stream": True, "messages": USER}).encode()
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # and then never read
+            sock.connect(("127.0.0.1", gateway.port))
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Authorization: Bearer " + CLIENT_KEY.encode() + b"\r\n"
+                         b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            deadline = time.monotonic() + 15
+            while own_upstream.stats.aborted_streams == 0 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert own_upstream.stats.aborted_streams == 1, "the stalled stream still holds its upstream"
+        assert "dropping a stalled client" in gateway.log()

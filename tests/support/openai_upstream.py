@@ -7,6 +7,7 @@
   fail-midstream  streams two tokens, then drops the connection
   error-<status>  answers that HTTP status with an OpenAI error body (429 with Retry-After)
   hang            accepts the request and never answers
+  flood           streams about 64 MB of tokens as fast as it can
 """
 
 from __future__ import annotations
@@ -122,6 +123,10 @@ def build_app(stats: Stats) -> web.Application:
         extra = {"usage": None} if usage_asked else {}
         try:
             await response.write(_chunk(model, {"role": "assistant", "content": ""}, **extra))
+            if model == "flood":
+                piece = _chunk(model, {"content": "x" * 4000})
+                for _ in range(16_000):
+                    await response.write(piece)
             if model == "tools":
                 tool = body["tools"][0]["function"]["name"]
                 await response.write(_chunk(model, {"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
@@ -146,7 +151,7 @@ def build_app(stats: Stats) -> web.Application:
                 await response.write(b"data: " + json.dumps(payload).encode() + b"\n\n")
             await response.write(b"data: [DONE]\n\n")
             await response.write_eof()
-        except (ConnectionResetError, asyncio.CancelledError):
+        except (ConnectionResetError, ConnectionError, asyncio.CancelledError):
             stats.aborted_streams += 1
             raise
         return response

@@ -18,7 +18,7 @@ from firsttoken.routing.targets import Target, TargetResolver
 from firsttoken.server import validate
 from firsttoken.server.auth import ClientKeys
 from firsttoken.server.forward import StreamForwarder, client_wants_usage, forward_complete, response_headers
-from firsttoken.server.http import ClientDisconnected, Headers, Receive, Scope, Send, read_body, send_error, send_json
+from firsttoken.server.http import ClientDisconnected, ClientStalled, Headers, Receive, Scope, Send, read_body, send_error, send_json
 from firsttoken.upstream.registry import UpstreamLink, Upstreams
 
 log = logging.getLogger("firsttoken.server")
@@ -93,6 +93,8 @@ class Gateway:
             await send_error(send, error, base)
         except ClientDisconnected:
             pass
+        except ClientStalled as stalled:  # the connection is dropped when we return unfinished
+            log.info("dropping a stalled client: %s", stalled)
         except Exception:  # a bug: say so in OpenAI's format rather than drop the connection
             log.exception("unexpected error on %s %s", scope["method"], scope["path"])
             try:
@@ -116,7 +118,8 @@ class Gateway:
 
         if stream:
             forwarder = StreamForwarder(self.upstreams, self.alarms, targets, build, send, base, timeline,
-                                        client_wants_usage=client_wants_usage(body), heartbeat_s=self.heartbeat_s)
+                                        client_wants_usage=client_wants_usage(body), heartbeat_s=self.heartbeat_s,
+                                        client_stall_s=self.settings.streaming.client_stall_s)
             await until_disconnect(receive, forwarder.run())
         else:
             await until_disconnect(receive, forward_complete(

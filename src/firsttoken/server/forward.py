@@ -20,7 +20,7 @@ from firsttoken.journey.timeline import Timeline
 from firsttoken.alarms import Alarms
 from firsttoken.relay import Relay
 from firsttoken.routing.targets import Target
-from firsttoken.server.http import SSE_HEADERS, Headers, Send, send_bytes, send_error
+from firsttoken.server.http import SSE_HEADERS, ClientStalled, Headers, Send, send_bytes, send_error
 from firsttoken.sse import DONE, HEARTBEAT, error_event
 from firsttoken.upstream.adapter import UpstreamRequest
 from firsttoken.upstream.registry import UpstreamLink, Upstreams
@@ -156,7 +156,8 @@ class StreamForwarder:
     heartbeat is due), then the relay moves its events."""
 
     def __init__(self, upstreams: Upstreams, alarms: Alarms, targets: list[Target], build: BuildRequest, send: Send,
-                 base_headers: Headers, timeline: Timeline, *, client_wants_usage: bool, heartbeat_s: float) -> None:
+                 base_headers: Headers, timeline: Timeline, *, client_wants_usage: bool, heartbeat_s: float,
+                 client_stall_s: float) -> None:
         self.upstreams = upstreams
         self.alarms = alarms
         self.targets = targets
@@ -166,6 +167,7 @@ class StreamForwarder:
         self.timeline = timeline
         self.client_wants_usage = client_wants_usage
         self.heartbeat = alarms.heartbeat(heartbeat_s, self._heartbeat)
+        self.client_stall_s = client_stall_s
         self.started = False
 
     async def run(self) -> None:
@@ -230,7 +232,11 @@ class StreamForwarder:
         return None
 
     async def _write(self, data: bytes) -> None:
-        await self.send({"type": "http.response.body", "body": data, "more_body": True})
+        try:  # a write waits only while the client is not reading (the server's flow control)
+            async with self.alarms.deadline(self.alarms.now() + self.client_stall_s):
+                await self.send({"type": "http.response.body", "body": data, "more_body": True})
+        except TimeoutError:
+            raise ClientStalled(f"the client read nothing for {self.client_stall_s:g} s") from None
 
     async def _start(self, extra: Headers) -> None:
         if self.started:

@@ -32,6 +32,10 @@ class ClientDisconnected(Exception):
     """The client went away while we were still reading its request."""
 
 
+class ClientStalled(Exception):
+    """The client stopped reading its response; holding its upstream stream open would leak it."""
+
+
 def header(scope: Scope, name: bytes) -> bytes | None:
     for key, value in scope["headers"]:
         if key == name:
