@@ -94,3 +94,17 @@ def test_a_client_that_stops_reading_is_dropped_and_its_upstream_aborted(own_ups
                 time.sleep(0.1)
             assert own_upstream.stats.aborted_streams == 1, "the stalled stream still holds its upstream"
         assert "dropping a stalled client" in gateway.log()
+
+
+def test_refresh_follows_the_upstreams_keep_alive_timeout(tmp_path) -> None:
+    """An upstream that closes idle connections after 1 s: the pool refreshes sooner, so a client
+    request still finds a warm connection after a quiet spell."""
+    with UpstreamThread(keepalive_s=1.0) as upstream:
+        settings = gateway_settings(upstream.url)
+        with GatewayProcess(settings, tmp_path) as gateway:
+            time.sleep(2.5)  # longer than the upstream keeps an idle connection
+            client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=CLIENT_KEY, max_retries=0)
+            raw = client.chat.completions.with_raw_response.create(model="chat", messages=USER)
+            assert "connect;dur=0.00" in raw.headers["server-timing"]
+            ready = httpx.get(gateway.url + "/readyz").json()
+            assert ready["upstreams"]["fake"]["warm"] is True

@@ -170,7 +170,9 @@ def build_app(stats: Stats) -> web.Application:
 class UpstreamThread:
     """Runs the server on its own event loop in a thread, so synchronous tests can use it too."""
 
-    def __init__(self) -> None:
+    def __init__(self, keepalive_s: float | None = None) -> None:
+        """keepalive_s: close idle connections after this long, and say so in a Keep-Alive header."""
+        self.keepalive_s = keepalive_s
         self.stats = Stats()
         self.port = 0
         self._loop = asyncio.new_event_loop()
@@ -179,7 +181,17 @@ class UpstreamThread:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
-        runner = web.AppRunner(build_app(self.stats), handler_cancellation=True)
+        app = build_app(self.stats)
+        options: dict[str, Any] = {}
+        if self.keepalive_s is not None:
+            options["keepalive_timeout"] = self.keepalive_s
+            header = f"timeout={self.keepalive_s:g}"
+
+            async def announce(_request: web.Request, response: web.StreamResponse) -> None:
+                response.headers["Keep-Alive"] = header
+
+            app.on_response_prepare.append(announce)
+        runner = web.AppRunner(app, handler_cancellation=True, **options)
         self._loop.run_until_complete(runner.setup())
         site = web.TCPSite(runner, "127.0.0.1", 0)
         self._loop.run_until_complete(site.start())

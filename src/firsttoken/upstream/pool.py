@@ -3,13 +3,15 @@
 A client request should never pay DNS + TCP + TLS across an ocean. The pool opens `pool.warm`
 connections before the gateway reports ready, and every `pool.refresh_s` it exercises them again
 with a cheap request (traffic alone keeps only the most recently used connection fresh), so neither
-side's keep-alive timer expires. aiohttp owns the sockets; this module owns when they are opened and what they cost.
+side's keep-alive timer expires; sooner when the upstream says (`Keep-Alive: timeout=N`) that it
+closes idle connections sooner. aiohttp owns the sockets; this module owns when they are opened and what they cost.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import ssl
 import time
 import weakref
@@ -56,6 +58,7 @@ class PoolState:
     warmed_at: float = 0.0
     connections_opened: int = 0
     models: list[str] = field(default_factory=list)
+    upstream_keepalive_s: float | None = None  # from the upstream's Keep-Alive header, when it sends one
 
 
 class WarmPool:
@@ -152,6 +155,8 @@ class WarmPool:
         async with self.session.get(self.probe_url, headers=self.probe_headers,
                                     timeout=aiohttp.ClientTimeout(total=self.settings.timeouts.connect * 2)) as resp:
             opened = self.connector.connect_ms(resp) is not None
+            if match := _KEEPALIVE_TIMEOUT.search(resp.headers.get("Keep-Alive", "")):
+                self.state.upstream_keepalive_s = float(match.group(1))
             body = await resp.read()
             if resp.status == 200 and not self.state.models:
                 self.state.models = _model_ids(body)
@@ -159,17 +164,26 @@ class WarmPool:
                 self.state.last_error = f"the upstream refused the key (HTTP {resp.status})"
         return opened
 
+    def refresh_interval(self) -> float:
+        """Seconds until the next refresh: before either side's idle timer can close a connection."""
+        interval = min(self.settings.pool.refresh_s, self.settings.pool.keepalive_s * 0.8)
+        if self.state.upstream_keepalive_s:
+            interval = min(interval, max(self.state.upstream_keepalive_s * 0.8, 0.5))
+        return interval if self.state.warm else min(interval, 5.0)
+
     async def _keep_warm(self) -> None:
-        refresh = self.settings.pool.refresh_s
         try:
             while True:
                 await self.warm()
-                await asyncio.sleep(refresh if self.state.warm else min(refresh, 5.0))
+                await asyncio.sleep(self.refresh_interval())
         except asyncio.CancelledError:
             raise
         except Exception:  # the warmer must never die silently; log and let readiness show it
             log.exception("upstream %s: keep-warm task failed", self.name)
             self.state.warm = False
+
+
+_KEEPALIVE_TIMEOUT = re.compile(r"timeout=(\d+(?:\.\d+)?)")
 
 
 def _model_ids(body: bytes) -> list[str]:
