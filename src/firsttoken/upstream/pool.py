@@ -45,8 +45,11 @@ class TimedConnector(aiohttp.TCPConnector):
 
     def connect_ms(self, response: aiohttp.ClientResponse) -> float | None:
         """Milliseconds spent opening this response's connection, or None when it was reused."""
-        connection = response.connection
-        protocol = connection.protocol if connection is not None else None
+        # aiohttp hands a connection back to the pool as soon as a short body is complete, so
+        # `response.connection` may already be None here; the response keeps its protocol.
+        protocol = getattr(response, "_protocol", None)
+        if protocol is None and response.connection is not None:
+            protocol = response.connection.protocol
         return self.opened.pop(protocol, None) if protocol is not None else None
 
 
