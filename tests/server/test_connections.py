@@ -108,3 +108,17 @@ def test_refresh_follows_the_upstreams_keep_alive_timeout(tmp_path) -> None:
             assert "connect;dur=0.00" in raw.headers["server-timing"]
             ready = httpx.get(gateway.url + "/readyz").json()
             assert ready["upstreams"]["fake"]["warm"] is True
+
+
+def test_a_cold_pool_shows_its_connect_cost_once(own_upstream, tmp_path) -> None:
+    settings = gateway_settings(own_upstream.url)
+    settings["upstreams"]["fake"]["pool"] = {"warm": 0}
+    with GatewayProcess(settings, tmp_path) as gateway:
+        client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=CLIENT_KEY, max_retries=0)
+
+        def connect_ms() -> float:
+            raw = client.chat.completions.with_raw_response.create(model="chat", messages=USER)
+            return float(raw.headers["server-timing"].split("connect;dur=")[1].split(",")[0])
+
+        assert connect_ms() > 0  # the first request paid for the connection
+        assert connect_ms() == 0  # the next one reused it
