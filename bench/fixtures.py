@@ -35,18 +35,26 @@ def request_body(model: str, stream: bool) -> str:
     return json.dumps({"model": model, "messages": MESSAGES, "stream": stream})
 
 
+# Each request's connection as nginx sees it: the independent word on whether a connection was new
+# (connection_requests 1) or reused, whatever a gateway says about itself.
+ACCESS_FORMAT = "$connection $connection_requests $request_method $uri $ssl_protocol $status"
+
+
 def upstream_nginx_conf(workdir: str, port: int, ssl: tuple[str, str] | None = None,
-                        listen_host: str = "127.0.0.1") -> str:
-    """nginx answering /json/v1/... with one completion and /sse/v1/... with one stream."""
+                        listen_host: str = "127.0.0.1", access_log: str | None = None) -> str:
+    """nginx answering /json/v1/... with one completion and /sse/v1/... with one stream; with TLS 1.3
+    offered (nginx before 1.23.4 leaves it out by default), and optionally a log of connections."""
     listen = f"{listen_host}:{port}" + (" ssl" if ssl else "")
-    certs = f"ssl_certificate {ssl[0]}; ssl_certificate_key {ssl[1]};" if ssl else ""
+    certs = f"ssl_certificate {ssl[0]}; ssl_certificate_key {ssl[1]}; ssl_protocols TLSv1.2 TLSv1.3;" if ssl else ""
+    logging = (f"log_format conns '{ACCESS_FORMAT}';\n  access_log {access_log} conns;" if access_log
+               else "access_log off;")
     return f"""
 worker_processes 1;
 pid {workdir}/upstream.pid;
 error_log {workdir}/upstream-error.log warn;
 events {{ worker_connections 4096; }}
 http {{
-  access_log off;
+  {logging}
   keepalive_requests 1000000;
   keepalive_timeout 300s;
   server {{

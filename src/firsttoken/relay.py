@@ -81,7 +81,7 @@ class Relay:
         loop = asyncio.get_running_loop()
         try:
             # One deadline: for the first token at first, then for each next chunk.
-            async with self.alarms.deadline(self.first_token_deadline) as limit:
+            with self.alarms.deadline(self.first_token_deadline) as limit:
                 while data := await content.readany():
                     if await self._feed(splitter.feed(data)):
                         return self.result

@@ -99,7 +99,7 @@ async def _attempt(upstreams: Upstreams, alarms: Alarms, target: Target, build: 
     timeline.sent = perf_counter()
     attempt = Attempt(link, alarms.now() + link.settings.timeouts.first_byte)
     try:
-        async with alarms.deadline(attempt.deadline):
+        with alarms.deadline(attempt.deadline):
             attempt.response = await _open(link, request, timeline)
     except TimeoutError:
         attempt.failure = _timeout(link)
@@ -127,7 +127,7 @@ async def forward_complete(upstreams: Upstreams, alarms: Alarms, targets: list[T
             failure = attempt.failure
             continue
         try:
-            async with alarms.deadline(alarms.now() + link.settings.timeouts.idle):
+            with alarms.deadline(alarms.now() + link.settings.timeouts.idle):
                 data = await response.read()
         except TimeoutError:
             failure = _timeout(link)
@@ -205,12 +205,12 @@ class StreamForwarder:
     async def _answer(self, link: UpstreamLink, response: aiohttp.ClientResponse, deadline: float) -> GatewayError | None:
         """Relay one upstream response; a GatewayError when it refused (nothing relayed yet)."""
         if response.status >= 400:
-            async with self.alarms.deadline(self.alarms.now() + link.settings.timeouts.idle):
+            with self.alarms.deadline(self.alarms.now() + link.settings.timeouts.idle):
                 data = await response.read()
             return _refusal(link, response, data)
         if not response.content_type.startswith("text/event-stream"):
             # Some servers answer a stream request with one JSON body; pass it on as it is.
-            async with self.alarms.deadline(self.alarms.now() + link.settings.timeouts.idle):
+            with self.alarms.deadline(self.alarms.now() + link.settings.timeouts.idle):
                 data = await response.read()
             if self.started:
                 return bad_gateway(f"upstream {link.name} answered a stream request with "
@@ -233,7 +233,7 @@ class StreamForwarder:
 
     async def _write(self, data: bytes) -> None:
         try:  # a write waits only while the client is not reading (the server's flow control)
-            async with self.alarms.deadline(self.alarms.now() + self.client_stall_s):
+            with self.alarms.deadline(self.alarms.now() + self.client_stall_s):
                 await self.send({"type": "http.response.body", "body": data, "more_body": True})
         except TimeoutError:
             raise ClientStalled(f"the client read nothing for {self.client_stall_s:g} s") from None
