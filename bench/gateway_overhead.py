@@ -31,6 +31,7 @@ import wrk  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / "bench" / ".work"
 LITELLM_VENV = WORK / "litellm"
+CLIENT_KEY = wrk.CLIENT_KEY
 
 
 def free_port() -> int:
@@ -92,6 +93,7 @@ def firsttoken(upstream: int, workers: int) -> Iterator[str]:
         "upstreams": {"json": {"url": f"{base}/json/v1", "pool": {"warm": 32}},
                       "sse": {"url": f"{base}/sse/v1", "pool": {"warm": 32}}},
         "models": {"bench": ["json/bench"], "bench-sse": ["sse/bench"]},
+        "keys": [{"name": "bench", "key": CLIENT_KEY}],  # both proxies check a client key
     }))
     argv = [str(ROOT / ".venv" / "bin" / "firsttoken"), "serve", "--config", str(config), "--port", str(port),
             "--workers", str(workers)]
@@ -113,6 +115,7 @@ def litellm(upstream: int) -> Iterator[str]:
                                                            "api_key": "sk-bench"}},
         ],
         "litellm_settings": {"drop_params": True},
+        "general_settings": {"master_key": CLIENT_KEY},
     }))
     env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False"}
     argv = [str(ensure_litellm()), "--config", str(config), "--host", "127.0.0.1", "--port", str(port),

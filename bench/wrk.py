@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0}
+CLIENT_KEY = "sk-bench-client-key"
 
 
 @dataclass
@@ -31,7 +32,7 @@ def run(url: str, body: str, connections: int, seconds: float, workdir: Path, th
 wrk.method = "POST"
 wrk.body = [=[{body}]=]
 wrk.headers["Content-Type"] = "application/json"
-wrk.headers["Authorization"] = "Bearer sk-bench-client"
+wrk.headers["Authorization"] = "Bearer {CLIENT_KEY}"
 """)
     out = subprocess.run([*(prefix or []), "wrk", f"-t{threads}", f"-c{connections}", f"-d{int(seconds)}s", "--latency",
                           "-s", str(script), url], capture_output=True, text=True, check=True).stdout

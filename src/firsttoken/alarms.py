@@ -67,13 +67,31 @@ class Alarms:
                 if not keep:
                     self._armed.discard(alarm)
 
-    # --- the two kinds the gateway uses ------------------------------------------------------
+    # --- the kinds the gateway uses ----------------------------------------------------------
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> Alarm:
+        """Call `callback` once, at the first tick at least `delay` from now (unless disarmed)."""
+        alarm = Later(self.now() + delay, callback)
+        self.arm(alarm)
+        return alarm
 
     def deadline(self, when: float) -> Deadline:
         return Deadline(self, when)
 
     def heartbeat(self, interval: float, beat: Callable[[], Awaitable[None]]) -> Heartbeat:
         return Heartbeat(self, interval, beat)
+
+
+class Later(Alarm):
+    __slots__ = ("_callback",)
+
+    def __init__(self, when: float, callback: Callable[[], None]) -> None:
+        super().__init__(when)
+        self._callback = callback
+
+    def fire(self, alarms: Alarms, now: float) -> bool:
+        self._callback()
+        return False
 
 
 class Deadline(Alarm):

@@ -120,11 +120,11 @@ class Gateway:
             forwarder = StreamForwarder(self.upstreams, self.alarms, targets, build, send, base, timeline,
                                         client_wants_usage=client_wants_usage(body), heartbeat_s=self.heartbeat_s,
                                         client_stall_s=self.settings.streaming.client_stall_s)
-            await until_disconnect(receive, forwarder.run())
+            await until_disconnect(receive, forwarder.run(), self.alarms)
         else:
             await until_disconnect(receive, forward_complete(
                 self.upstreams, self.alarms, targets, build, lambda link, data: link.adapter.chat_response(data),
-                send, base, timeline))
+                send, base, timeline), self.alarms)
 
     async def embeddings(self, scope: Scope, receive: Receive, send: Send, base: Headers,
                          timeline: Timeline) -> None:
@@ -133,7 +133,7 @@ class Gateway:
         targets = self.resolver.resolve(validate.embeddings_request(body))
         await until_disconnect(receive, forward_complete(
             self.upstreams, self.alarms, targets, lambda link, target: link.adapter.embeddings(body, target.model),
-            lambda link, data: data, send, base, timeline))
+            lambda link, data: data, send, base, timeline), self.alarms)
 
     async def models(self, scope: Scope, receive: Receive, send: Send, base: Headers, timeline: Timeline) -> None:
         self.keys.tenant(scope)
@@ -154,12 +154,16 @@ class Gateway:
         await send_json(send, 200 if ready else 503, {"ready": ready, "upstreams": upstreams}, base)
 
 
-async def until_disconnect(receive: Receive, work: Awaitable[None]) -> None:
-    """Run `work`, cancelling it the moment the client goes away, so an abandoned request stops
-    at once (its upstream connection aborted, so the provider stops generating too)."""
+async def until_disconnect(receive: Receive, work: Awaitable[None], alarms: Alarms) -> None:
+    """Run `work`, cancelling it when the client goes away, so an abandoned request stops (its
+    upstream connection aborted, so the provider stops generating too).
+
+    The watch starts only once a request has lived for one tick of the alarms: most requests are
+    over before then, and a watcher task for each of them cost a tenth of the gateway's CPU."""
     task = asyncio.current_task()
     assert task is not None
     gone = False
+    watcher: asyncio.Task[None] | None = None
 
     async def watch() -> None:
         nonlocal gone
@@ -168,7 +172,11 @@ async def until_disconnect(receive: Receive, work: Awaitable[None]) -> None:
         gone = True
         task.cancel()
 
-    watcher = asyncio.get_running_loop().create_task(watch())
+    def start_watching() -> None:
+        nonlocal watcher
+        watcher = asyncio.get_running_loop().create_task(watch())
+
+    later = alarms.call_later(0.0, start_watching)
     try:
         await work
     except asyncio.CancelledError:
@@ -176,7 +184,9 @@ async def until_disconnect(receive: Receive, work: Awaitable[None]) -> None:
             raise
         task.uncancel()
     finally:
-        watcher.cancel()
+        alarms.disarm(later)
+        if watcher is not None:
+            watcher.cancel()
 
 
 def create_app(settings: Settings) -> Gateway:
