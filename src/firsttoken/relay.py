@@ -30,6 +30,7 @@ log = logging.getLogger("firsttoken.relay")
 
 Write = Callable[[bytes], Awaitable[None]]
 
+_ERROR_EVENTS = (b'data: {"error"', b'data:{"error"')
 _TOKEN_FIELDS = ("content", "reasoning_content", "reasoning", "tool_calls", "refusal", "function_call")
 
 
@@ -111,13 +112,13 @@ class Relay:
                     return True
                 continue
             for translated in self.translator.feed(event):
-                if self._handle(translated.rstrip(b"\n")):
+                if self._handle(translated[:-2]):  # translators end each event with its blank line
                     return True
         return False
 
     async def _flush(self) -> None:
-        if self._out:
-            data = self._out[0] if len(self._out) == 1 else b"".join(self._out)
+        if self._out:  # events are kept without their blank line: one join instead of a copy each
+            data = b"\n\n".join(self._out) + b"\n\n"
             self._out.clear()
             await self.write(data)
 
@@ -136,11 +137,13 @@ class Relay:
                     self._note_error(chunk)
                 elif is_token_bearing(chunk):
                     timeline.first_token = perf_counter()
-        elif b'"error"' in event:
+        elif event.startswith(_ERROR_EVENTS):  # an error event is an object whose first key is "error"
             chunk = _loads(data_field(event) or b"")
             if isinstance(chunk, dict) and "error" in chunk:
                 self._note_error(chunk)
-        if b'"usage"' in event and b'"usage":null' not in event and b'"usage": null' not in event:
+        # Every chunk carries "usage":null once usage is asked for; only the real one is parsed.
+        at = event.find(b'"usage":')
+        if at >= 0 and event[at + 8:at + 10].lstrip()[:1] == b"{":
             chunk = _loads(data_field(event) or b"")
             if isinstance(chunk, dict) and isinstance(chunk.get("usage"), dict):
                 self.result.usage = chunk["usage"]
@@ -148,7 +151,7 @@ class Relay:
                     return False
         if timeline.first_token:
             timeline.token_events += 1
-        self._out.append(event + b"\n\n")
+        self._out.append(event)
         return False
 
     def _note_error(self, chunk: dict[str, Any]) -> None:
@@ -160,7 +163,7 @@ class Relay:
         rest = splitter.rest()
         if not (rest and self._handle_all([rest])) and self.translator is not None:
             for event in self.translator.finish():
-                if self._handle(event.rstrip(b"\n")):
+                if self._handle(event[:-2]):
                     break
         self._close()
         await self._flush()
@@ -171,7 +174,7 @@ class Relay:
         self.result.clean = False
         if not self._done:
             self._out.append(error_event({"error": {"message": message, "type": "upstream_error",
-                                                    "param": None, "code": code}}))
+                                                    "param": None, "code": code}})[:-2])
         self._close()
         await self._flush()
 
@@ -179,7 +182,7 @@ class Relay:
         if self._done:
             return
         self._done = True
-        self._out += (self.timeline.closing_comment(), DONE)
+        self._out += (self.timeline.closing_comment()[:-2], DONE[:-2])
 
 
 def _loads(payload: bytes) -> Any:
