@@ -28,7 +28,7 @@ from firsttoken.upstream.adapter import StreamTranslator
 
 log = logging.getLogger("firsttoken.relay")
 
-Write = Callable[[bytes], Awaitable[None]]
+Write = Callable[[bytes, bool], Awaitable[None]]  # (data, last): the last write ends the response
 
 _ERROR_EVENTS = (b'data: {"error"', b'data:{"error"')
 _TOKEN_FIELDS = ("content", "reasoning_content", "reasoning", "tool_calls", "refusal", "function_call")
@@ -120,7 +120,7 @@ class Relay:
         if self._out:  # events are kept without their blank line: one join instead of a copy each
             data = b"\n\n".join(self._out) + b"\n\n"
             self._out.clear()
-            await self.write(data)
+            await self.write(data, self._done)
 
     def _handle(self, event: bytes) -> bool:
         """One OpenAI-format event (without its blank line). True when it ended the stream."""

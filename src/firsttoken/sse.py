@@ -17,13 +17,19 @@ HEARTBEAT = b": keep-alive\n\n"
 class EventSplitter:
     """Cuts a byte stream into SSE events (each returned without its terminating blank line)."""
 
-    __slots__ = ("_buffer",)
+    __slots__ = ("_buffer", "_after_cr")
 
     def __init__(self) -> None:
         self._buffer = b""
+        self._after_cr = False  # the last read ended in CR: a LF starting the next one completes it
 
     def feed(self, data: bytes) -> list[bytes]:
+        if self._after_cr:
+            self._after_cr = False
+            if data.startswith(b"\n"):
+                data = data[1:]
         if b"\r" in data:  # CRLF or CR line endings: rare, so normalise only when seen
+            self._after_cr = data.endswith(b"\r")
             data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         buffer = self._buffer + data if self._buffer else data
         if b"\n\n" not in buffer:

@@ -169,6 +169,7 @@ class StreamForwarder:
         self.heartbeat = alarms.heartbeat(heartbeat_s, self._heartbeat)
         self.client_stall_s = client_stall_s
         self.started = False
+        self.ended = False
 
     async def run(self) -> None:
         self.heartbeat.start()
@@ -225,16 +226,20 @@ class StreamForwarder:
                       strip_usage=not self.client_wants_usage, alarms=self.alarms, heartbeat=self.heartbeat,
                       first_token_deadline=deadline, idle_s=link.settings.timeouts.idle, upstream=link.name)
         result = await relay.run()
-        await self.heartbeat.stop()
-        await self.send({"type": "http.response.body", "body": b""})
+        if not self.ended:
+            await self.heartbeat.stop()
+            await self.send({"type": "http.response.body", "body": b""})
         if result.clean:
             link.pool.release_later(response)
         return None
 
-    async def _write(self, data: bytes) -> None:
+    async def _write(self, data: bytes, last: bool = False) -> None:
+        if last:  # the response ends with these bytes: no heartbeat may follow them
+            await self.heartbeat.stop()
+            self.ended = True
         try:  # a write waits only while the client is not reading (the server's flow control)
             with self.alarms.deadline(self.alarms.now() + self.client_stall_s):
-                await self.send({"type": "http.response.body", "body": data, "more_body": True})
+                await self.send({"type": "http.response.body", "body": data, "more_body": not last})
         except TimeoutError:
             raise ClientStalled(f"the client read nothing for {self.client_stall_s:g} s") from None
 
@@ -254,9 +259,7 @@ class StreamForwarder:
             await send_error(self.send, failure, response_headers(self.base_headers, self.timeline))
             return
         # Headers are gone already: the failure travels as one error event, then [DONE].
-        await self._write(error_event(failure.body()))
-        await self._write(self.timeline.closing_comment())
-        await self.send({"type": "http.response.body", "body": DONE})
+        await self._write(error_event(failure.body()) + self.timeline.closing_comment() + DONE, last=True)
 
 
 def client_wants_usage(body: dict[str, Any]) -> bool:
