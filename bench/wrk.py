@@ -37,11 +37,11 @@ wrk.headers["Authorization"] = "Bearer {CLIENT_KEY}"
     out = subprocess.run([*(prefix or []), "wrk", f"-t{threads}", f"-c{connections}", f"-d{int(seconds)}s", "--latency",
                           "--timeout", "10s",
                           "-s", str(script), url], capture_output=True, text=True, check=True).stdout
-    latency = dict(re.findall(r"^\s+(50|99)%\s+(\S+)$", out, re.M))
+    latency = dict(re.findall(r"^\s*(50|99)(?:\.0+)?%\s+([\d.]+(?:us|ms|s))\s*$", out, re.M))
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
     errors = sum(int(n) for n in re.findall(r"Non-2xx or 3xx responses: (\d+)", out))
     errors += sum(int(n) for n in re.findall(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)",
                                              out)[0]) if "Socket errors" in out else 0
-    if "50" not in latency:  # no request completed: wrk prints no distribution
-        return WrkResult(rps, float("nan"), float("nan"), errors)
-    return WrkResult(rps, _ms(latency["50"]), _ms(latency["99"]), errors)
+    nan = float("nan")  # no request completed: wrk prints no distribution
+    return WrkResult(rps, _ms(latency["50"]) if "50" in latency else nan,
+                     _ms(latency["99"]) if "99" in latency else nan, errors)
