@@ -362,7 +362,7 @@ def report(raw: dict[str, Any], summary: dict[str, Any], rtt: float, warm: int) 
                 disagreements += [f"{label} {mode} request {i + 1}: nginx saw a "
                                   f"{'new' if seen else 'reused'} connection, Server-Timing said connect;dur="
                                   f"{fmt(s['server_timing_connect_ms'][i], 2)}"
-                                  for i, (seen, told) in enumerate(zip(new, said)) if seen != told]
+                                  for i, (seen, told) in enumerate(zip(new, said, strict=True)) if seen != told]
             lines.append(f"| {label} | {mode} | {len(new)} | "
                          + (", ".join("new" if x else "reused" for x in new) if key == "gateway-cold"
                             else str(sum(new))) + f" | {s['nginx_connections']} | {flags} |")

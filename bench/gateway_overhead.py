@@ -18,9 +18,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import yaml
 
@@ -154,7 +154,8 @@ def main() -> None:
         direct = f"http://127.0.0.1:{upstream_port}"
         proxied = f"http://127.0.0.1:{proxy_port}"
         print("measuring (wrk, 1 thread):", flush=True)
-        measure("direct", {False: f"{direct}/json/v1/chat/completions", True: f"{direct}/sse/v1/chat/completions"}, same)
+        measure("direct", {False: f"{direct}/json/v1/chat/completions",
+                           True: f"{direct}/sse/v1/chat/completions"}, same)
         measure("nginx proxy_pass", {False: f"{proxied}/json/v1/chat/completions",
                                      True: f"{proxied}/sse/v1/chat/completions"}, same)
         for workers in (1, 2):

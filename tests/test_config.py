@@ -49,7 +49,8 @@ cache: {backend: sqlite, path: firsttoken-cache.db, semantic: true, ttl: 86400}
     ("upstreams: {a: {api: openai}}", "upstreams.a.url: required key is missing"),
     ("keys: [{name: app, key: short}]", "keys.0.key: must be at least 8 characters"),
     ("- a list", "the top level must be a mapping"),
-    ("upstreams: {a: {url: 'http://x', key: '${NOT_SET_ANYWHERE}'}}", "upstreams.a.key: environment variable NOT_SET_ANYWHERE is not set"),
+    ("upstreams: {a: {url: 'http://x', key: '${NOT_SET_ANYWHERE}'}}",
+     "upstreams.a.key: environment variable NOT_SET_ANYWHERE is not set"),
 ])
 def test_errors_name_the_key(tmp_path: Path, text: str, expected: str) -> None:
     with pytest.raises(ConfigError) as info:

@@ -13,7 +13,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 
 class ConfigError(Exception):
@@ -188,7 +197,8 @@ PROVIDER_ENV: tuple[tuple[str, str, str, str, str], ...] = (
     ("TOGETHER_API_KEY", "together", "https://api.together.xyz/v1", "openai", "aws:us-west-2"),
     ("MISTRAL_API_KEY", "mistral", "https://api.mistral.ai/v1", "openai", "azure:swedencentral"),
     ("DEEPSEEK_API_KEY", "deepseek", "https://api.deepseek.com/v1", "openai", "aws:ap-southeast-1"),
-    ("GEMINI_API_KEY", "gemini", "https://generativelanguage.googleapis.com/v1beta/openai", "openai", "gcp:us-central1"),
+    ("GEMINI_API_KEY", "gemini", "https://generativelanguage.googleapis.com/v1beta/openai", "openai",
+     "gcp:us-central1"),
 )
 
 

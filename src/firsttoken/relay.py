@@ -21,8 +21,8 @@ from typing import Any
 import aiohttp
 import orjson
 
-from firsttoken.journey.timeline import Timeline
 from firsttoken.alarms import Alarms, Heartbeat
+from firsttoken.journey.timeline import Timeline
 from firsttoken.sse import DONE, EventSplitter, data_field, error_event
 from firsttoken.upstream.adapter import StreamTranslator
 

@@ -96,4 +96,5 @@ def test_error_event_mid_stream(client, anthropic_upstream) -> None:
 
 def test_upstream_error_passes_through(client) -> None:
     with pytest.raises(openai.BadRequestError):  # the test server rejects an empty text block, as Anthropic does
-        client.chat.completions.create(model="chat", messages=[{"role": "user", "content": [{"type": "text", "text": ""}]}])
+        client.chat.completions.create(model="chat",
+                                       messages=[{"role": "user", "content": [{"type": "text", "text": ""}]}])

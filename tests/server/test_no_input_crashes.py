@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from conftest import CLIENT_KEY
 
@@ -12,8 +13,10 @@ json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
     max_leaves=12)
-models = st.sampled_from(["chat", "fake/echo", "fake/tools", "fake/inspect", "fake/error-400", "nope", ""]) | json_values
-messages = st.lists(st.fixed_dictionaries({"role": st.sampled_from(["user", "system", "assistant", "tool", "x"]) | json_values,
+models = (st.sampled_from(["chat", "fake/echo", "fake/tools", "fake/inspect", "fake/error-400", "nope", ""])
+          | json_values)
+roles = st.sampled_from(["user", "system", "assistant", "tool", "x"]) | json_values
+messages = st.lists(st.fixed_dictionaries({"role": roles,
                                            "content": st.text(max_size=30) | json_values}), max_size=3) | json_values
 bodies = st.fixed_dictionaries({"model": models, "messages": messages},
                                optional={"stream": st.booleans() | json_values, "temperature": json_values,

@@ -61,8 +61,8 @@ def test_every_field_passes_through(client: openai.OpenAI) -> None:
     assert received["model"] == "inspect"
 
 
-TOOLS = [{"type": "function", "function": {"name": "weather", "description": "Weather in a city",
-                                           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+CITY = {"type": "object", "properties": {"city": {"type": "string"}}}
+TOOLS = [{"type": "function", "function": {"name": "weather", "description": "Weather in a city", "parameters": CITY}}]
 
 
 def test_tool_calls_non_streaming(client: openai.OpenAI) -> None:

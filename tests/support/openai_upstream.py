@@ -92,7 +92,8 @@ def build_app(stats: Stats) -> web.Application:
             status = int(model.split("-")[1])
             headers = {"Retry-After": "7", "x-ratelimit-remaining-requests": "0"} if status == 429 else {}
             return web.json_response({"error": {"message": f"synthetic error {status} from the test upstream",
-                                                "type": "rate_limit_error" if status == 429 else "invalid_request_error",
+                                                "type": ("rate_limit_error" if status == 429
+                                                         else "invalid_request_error"),
                                                 "param": "messages" if status == 400 else None,
                                                 "code": f"synthetic_{status}"}}, status=status, headers=headers)
         if model == "hang":
@@ -129,10 +130,11 @@ def build_app(stats: Stats) -> web.Application:
                     await response.write(piece)
             if model == "tools":
                 tool = body["tools"][0]["function"]["name"]
-                await response.write(_chunk(model, {"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
-                                                                    "function": {"name": tool, "arguments": ""}}]}, **extra))
+                call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": tool, "arguments": ""}}
+                await response.write(_chunk(model, {"tool_calls": [call]}, **extra))
                 for piece in ('{"city"', ': "Lag', 'os"}'):
-                    await response.write(_chunk(model, {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}, **extra))
+                    delta = {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}
+                    await response.write(_chunk(model, delta, **extra))
                 finish = "tool_calls"
             else:
                 for i, word in enumerate(words):

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from firsttoken.sse import EventSplitter, data_field
 
@@ -18,7 +19,7 @@ def test_any_cutting_gives_the_same_events(events: list[bytes], cuts: list[int],
     if crlf:
         stream = stream.replace(b"\n", b"\r\n")
     points = sorted({min(c, len(stream)) for c in cuts})
-    pieces = [stream[a:b] for a, b in zip([0, *points], [*points, len(stream)])]
+    pieces = [stream[a:b] for a, b in zip([0, *points], [*points, len(stream)], strict=True)]
     splitter = EventSplitter()
     out = [event for piece in pieces for event in splitter.feed(piece)]
     assert out == events

@@ -31,9 +31,10 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, Sequence
+from typing import IO, Any
 
 import firsttoken
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
-import itertools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -18,7 +18,17 @@ from firsttoken.routing.targets import Target, TargetResolver
 from firsttoken.server import validate
 from firsttoken.server.auth import ClientKeys
 from firsttoken.server.forward import StreamForwarder, client_wants_usage, forward_complete, response_headers
-from firsttoken.server.http import ClientDisconnected, ClientStalled, Headers, Receive, Scope, Send, read_body, send_error, send_json
+from firsttoken.server.http import (
+    ClientDisconnected,
+    ClientStalled,
+    Headers,
+    Receive,
+    Scope,
+    Send,
+    read_body,
+    send_error,
+    send_json,
+)
 from firsttoken.upstream.registry import UpstreamLink, Upstreams
 
 log = logging.getLogger("firsttoken.server")

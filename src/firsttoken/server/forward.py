@@ -6,18 +6,17 @@ failure, a timeout, 429 or a 5xx moves on to the next target; any other 4xx is t
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
 
 import aiohttp
 
+from firsttoken.alarms import Alarms
 from firsttoken.errors import GatewayError, bad_gateway, gateway_timeout
 from firsttoken.journey.timeline import Timeline
-from firsttoken.alarms import Alarms
 from firsttoken.relay import Relay
 from firsttoken.routing.targets import Target
 from firsttoken.server.http import SSE_HEADERS, ClientStalled, Headers, Send, send_bytes, send_error
@@ -203,7 +202,8 @@ class StreamForwarder:
                 return failure
         return failure
 
-    async def _answer(self, link: UpstreamLink, response: aiohttp.ClientResponse, deadline: float) -> GatewayError | None:
+    async def _answer(self, link: UpstreamLink, response: aiohttp.ClientResponse,
+                      deadline: float) -> GatewayError | None:
         """Relay one upstream response; a GatewayError when it refused (nothing relayed yet)."""
         if response.status >= 400:
             with self.alarms.deadline(self.alarms.now() + link.settings.timeouts.idle):
