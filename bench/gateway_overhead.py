@@ -103,6 +103,16 @@ def firsttoken(upstream: int, workers: int) -> Iterator[str]:
 
 
 @contextmanager
+def floor_proxy(upstream: int) -> Iterator[str]:
+    port = free_port()
+    argv = [str(ROOT / ".venv" / "bin" / "python"), str(ROOT / "bench" / "floor_proxy.py"), str(port),
+            f"http://127.0.0.1:{upstream}"]
+    with process(argv, WORK / "floor.log"):
+        time.sleep(2.0)
+        yield f"http://127.0.0.1:{port}"
+
+
+@contextmanager
 def litellm(upstream: int) -> Iterator[str]:
     port = free_port()
     config = WORK / "litellm.yaml"
@@ -158,6 +168,9 @@ def main() -> None:
                            True: f"{direct}/sse/v1/chat/completions"}, same)
         measure("nginx proxy_pass", {False: f"{proxied}/json/v1/chat/completions",
                                      True: f"{proxied}/sse/v1/chat/completions"}, same)
+        with floor_proxy(upstream_port) as floor:
+            url = f"{floor}/v1/chat/completions"
+            measure("raw ASGI floor", {False: url, True: url}, same)
         for workers in (1, 2):
             with firsttoken(upstream_port, workers) as gateway:
                 url = f"{gateway}/v1/chat/completions"
@@ -196,6 +209,8 @@ def report(results: dict[str, dict[str, wrk.WrkResult]]) -> str:
                          f"{ours[key].requests_per_s / results['litellm w1'][key].requests_per_s:.1f}× |")
         lines.append(f"| firsttoken w1 / nginx req/s | {mode} | {c} | "
                      f"{ours[key].requests_per_s / results['nginx proxy_pass'][key].requests_per_s:.1%} |")
+        lines.append(f"| firsttoken w1 / raw ASGI floor req/s | {mode} | {c} | "
+                     f"{ours[key].requests_per_s / results['raw ASGI floor'][key].requests_per_s:.0%} |")
         if "firsttoken w2" in results:
             lines.append(f"| firsttoken w2 / w1 req/s | {mode} | {c} | "
                          f"{results['firsttoken w2'][key].requests_per_s / ours[key].requests_per_s:.2f}× |")

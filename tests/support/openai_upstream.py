@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from aiohttp import web
+
+from support.threaded import InThread
 
 UPSTREAM_KEY = "sk-upstream-secret-DO-NOT-LEAK-4242"
 MODELS = ["echo", "tools", "inspect", "fail-midstream", "hang", "sleep-1000", "error-429", "error-400"]
@@ -169,47 +172,45 @@ def build_app(stats: Stats) -> web.Application:
     return app
 
 
+@asynccontextmanager
+async def run_openai_upstream(stats: Stats, keepalive_s: float | None = None) -> AsyncIterator[int]:
+    """Serve on 127.0.0.1 at a free port (yielded) for the duration of the block.
+
+    keepalive_s: close idle connections after this long, and say so in a Keep-Alive header."""
+    app = build_app(stats)
+    options: dict[str, Any] = {}
+    if keepalive_s is not None:
+        options["keepalive_timeout"] = keepalive_s
+        header = f"timeout={keepalive_s:g}"
+
+        async def announce(_request: web.Request, response: web.StreamResponse) -> None:
+            response.headers["Keep-Alive"] = header
+
+        app.on_response_prepare.append(announce)
+    runner = web.AppRunner(app, handler_cancellation=True, **options)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield runner.addresses[0][1]
+    finally:
+        await runner.cleanup()
+
+
 class UpstreamThread:
-    """Runs the server on its own event loop in a thread, so synchronous tests can use it too."""
+    """The server on its own event loop in a thread, so synchronous tests and SDKs can use it."""
 
     def __init__(self, keepalive_s: float | None = None) -> None:
-        """keepalive_s: close idle connections after this long, and say so in a Keep-Alive header."""
-        self.keepalive_s = keepalive_s
         self.stats = Stats()
+        self._server = InThread(lambda: run_openai_upstream(self.stats, keepalive_s))
         self.port = 0
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        app = build_app(self.stats)
-        options: dict[str, Any] = {}
-        if self.keepalive_s is not None:
-            options["keepalive_timeout"] = self.keepalive_s
-            header = f"timeout={self.keepalive_s:g}"
-
-            async def announce(_request: web.Request, response: web.StreamResponse) -> None:
-                response.headers["Keep-Alive"] = header
-
-            app.on_response_prepare.append(announce)
-        runner = web.AppRunner(app, handler_cancellation=True, **options)
-        self._loop.run_until_complete(runner.setup())
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        self._loop.run_until_complete(site.start())
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self._ready.set()
-        self._loop.run_forever()
-        self._loop.run_until_complete(runner.cleanup())
 
     def __enter__(self) -> UpstreamThread:
-        self._thread.start()
-        self._ready.wait(10)
+        self.port = self._server.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
+        self._server.__exit__(*exc)
 
     @property
     def url(self) -> str:
