@@ -1,7 +1,7 @@
 """What a gateway adds: the same load sent directly, through firsttoken, through LiteLLM's proxy and
 through nginx proxy_pass, against one minimal fast upstream, in one run on one machine.
 
-    .venv/bin/python bench/gateway_overhead.py [--seconds 10] [--skip-litellm]
+    .venv/bin/python bench/gateway_overhead.py [--seconds 5] [--repeat 3] [--skip-litellm]
 
 Prints requests/s and p50/p99 latency added over the direct path, at concurrency 1 and 32,
 non-streaming and streaming, with the ratios the targets are stated in. LiteLLM is pip-installed
@@ -137,7 +137,9 @@ def litellm(upstream: int) -> Iterator[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument("--seconds", type=int, default=5, help="length of one wrk run")
+    parser.add_argument("--repeat", type=int, default=3, help="wrk runs per cell; the median one is reported "
+                                                                "(this machine is shared and noisy)")
     parser.add_argument("--skip-litellm", action="store_true")
     parser.add_argument("--json", type=Path, help="also write the raw figures here")
     args = parser.parse_args()
@@ -150,8 +152,9 @@ def main() -> None:
         for stream in (False, True):
             for connections in (1, 32):
                 key = f"{'stream' if stream else 'json'}-c{connections}"
-                result = wrk.run(url_for[stream], fixtures.request_body(model_for[stream], stream), connections,
-                                 args.seconds, WORK)
+                runs = [wrk.run(url_for[stream], fixtures.request_body(model_for[stream], stream), connections,
+                                args.seconds, WORK) for _ in range(args.repeat)]
+                result = sorted(runs, key=lambda r: r.requests_per_s)[len(runs) // 2]
                 results.setdefault(name, {})[key] = result
                 print(f"  {name:<18} {key:<10} {result.requests_per_s:>9.0f} req/s  p50 {result.p50_ms:7.3f} ms  "
                       f"p99 {result.p99_ms:7.3f} ms  errors {result.errors}", flush=True)
@@ -163,7 +166,7 @@ def main() -> None:
         stack.enter_context(nginx(fixtures.proxy_nginx_conf(str(WORK), proxy_port, upstream_port), "proxy"))
         direct = f"http://127.0.0.1:{upstream_port}"
         proxied = f"http://127.0.0.1:{proxy_port}"
-        print("measuring (wrk, 1 thread):", flush=True)
+        print(f"measuring (wrk, 1 thread, {args.seconds} s runs, median of {args.repeat}):", flush=True)
         measure("direct", {False: f"{direct}/json/v1/chat/completions",
                            True: f"{direct}/sse/v1/chat/completions"}, same)
         measure("nginx proxy_pass", {False: f"{proxied}/json/v1/chat/completions",
