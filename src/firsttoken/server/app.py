@@ -12,12 +12,12 @@ from typing import Any
 from firsttoken import config as config_module
 from firsttoken.alarms import Alarms
 from firsttoken.config import Settings
-from firsttoken.errors import GatewayError, bad_request
+from firsttoken.errors import GatewayError
 from firsttoken.journey.timeline import Timeline
 from firsttoken.routing.targets import Target, TargetResolver
 from firsttoken.server import validate
 from firsttoken.server.auth import ClientKeys
-from firsttoken.server.forward import StreamForwarder, client_wants_usage, forward_complete, response_headers
+from firsttoken.server.forward import StreamForwarder, client_wants_usage, forward_complete
 from firsttoken.server.http import (
     ClientDisconnected,
     ClientStalled,
@@ -213,4 +213,4 @@ def app_from_environment() -> Gateway:
     return Gateway(config_module.load(os.environ.get("FIRSTTOKEN_CONFIG") or None, overrides=overrides))
 
 
-__all__ = ["Gateway", "create_app", "app_from_environment", "bad_request", "response_headers"]
+__all__ = ["Gateway", "create_app", "app_from_environment"]

@@ -173,7 +173,10 @@ class StreamForwarder:
     async def run(self) -> None:
         self.heartbeat.start()
         try:
-            failure = await self._try_targets()
+            try:
+                failure = await self._try_targets()
+            except GatewayError as error:  # e.g. a request the next target's wire format cannot carry
+                failure = error
             if failure is not None:
                 log.warning("stream failed after %d attempt(s): %s", self.timeline.attempts, failure.message)
                 await self.heartbeat.stop()
