@@ -31,6 +31,8 @@ log = logging.getLogger("firsttoken.relay")
 Write = Callable[[bytes, bool], Awaitable[None]]  # (data, last): the last write ends the response
 
 _ERROR_EVENTS = (b'data: {"error"', b'data:{"error"')
+# Any of these in a read sends it through the per-event path: the end, a usage object, an error.
+_SPECIAL_MARKERS = (b"[DONE]", b'"usage":{', b'"usage": {', b'{"error"')
 _TOKEN_FIELDS = ("content", "reasoning_content", "reasoning", "tool_calls", "refusal", "function_call")
 
 
@@ -106,6 +108,14 @@ class Relay:
         return done
 
     def _handle_all(self, events: list[bytes]) -> bool:
+        if self.translator is None and self.timeline.first_token and events:
+            # The common read of a stream under way holds only content chunks: one scan of the
+            # whole read tells, and the read goes out as it came, with no work per event.
+            blob = b"\n\n".join(events)
+            if not any(marker in blob for marker in _SPECIAL_MARKERS):
+                self.timeline.token_events += len(events)
+                self._out.append(blob)
+                return False
         for event in events:
             if self.translator is None:
                 if self._handle(event):
@@ -147,7 +157,9 @@ class Relay:
             chunk = _loads(data_field(event) or b"")
             if isinstance(chunk, dict) and isinstance(chunk.get("usage"), dict):
                 self.result.usage = chunk["usage"]
-                if self.strip_usage and not chunk.get("choices"):
+                if not chunk.get("choices"):  # the usage chunk: not a token event, and maybe not wanted
+                    if not self.strip_usage:
+                        self._out.append(event)
                     return False
         if timeline.first_token:
             timeline.token_events += 1

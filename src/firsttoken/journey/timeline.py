@@ -22,7 +22,7 @@ class Timeline:
         self.last_byte = 0.0
         self.connect_ms = 0.0
         self.reused = False
-        self.token_events = 0
+        self.token_events = 0  # data events relayed from the first token on (the usage chunk aside)
         self.route = ""
         self.attempts = 0
 
