@@ -64,6 +64,11 @@ def test_unknown_key_lists_known_keys(tmp_path: Path) -> None:
     assert "frist_byte" in str(info.value) and "first_byte" in str(info.value)
 
 
+def test_public_url_drops_credentials_and_query() -> None:
+    upstream = config.Upstream(url="https://user:secret@example.test/v1?token=abc")
+    assert upstream.public_url == "https://example.test/v1"
+
+
 def test_env_default(tmp_path: Path) -> None:
     settings = config.load(write(tmp_path, "upstreams: {a: {url: '${BASE:-http://127.0.0.1:1}/v1'}}"), environ={})
     assert settings.upstreams["a"].url == "http://127.0.0.1:1/v1"

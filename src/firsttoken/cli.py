@@ -62,7 +62,7 @@ def _banner(settings: Settings, workers: int) -> None:
               f"({workers} worker{'s' if workers > 1 else ''}; settings from {settings.source})")
     for name, upstream in settings.upstreams.items():
         region = f", GPUs in {upstream.region}" if upstream.region else ""
-        err.print(f"  upstream [cyan]{name}[/]: {upstream.api} at {upstream.url}{region}")
+        err.print(f"  upstream [cyan]{name}[/]: {upstream.api} at {upstream.public_url}{region}")
     for alias, targets in settings.models.items():
         err.print(f"  model [cyan]{alias}[/] → {', '.join(targets)}")
     if settings.keys:

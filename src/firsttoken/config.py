@@ -74,6 +74,11 @@ class Upstream(_Strict):
             raise ValueError(f"must be an http:// or https:// URL, got {value!r}")
         return value.rstrip("/")
 
+    @property
+    def public_url(self) -> str:
+        """The URL without credentials or query, fit for logs and error messages."""
+        return re.sub(r"^(https?://)[^/@]*@", r"\1", self.url).split("?", 1)[0]
+
 
 class ClientKey(_Strict):
     name: str = Field(min_length=1)

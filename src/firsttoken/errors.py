@@ -73,5 +73,9 @@ def upstream_status_error(status: int, body: bytes, upstream: str) -> GatewayErr
             param, code = err.get("param"), err.get("code")
         elif isinstance(err, str):
             message = err
+    if status in (401, 403):  # the upstream refused the gateway's key, not the client's
+        return GatewayError(502, f"upstream {upstream} refused the gateway's credentials (HTTP {status}): "
+                                 f"{message}; check upstreams.{upstream}.key.", "upstream_error", None,
+                            "upstream_auth_failed")
     return GatewayError(_CLIENT_STATUS.get(status, status), message, type_, param,
                         None if code is None else str(code))

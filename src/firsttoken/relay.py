@@ -83,15 +83,20 @@ class Relay:
         content = self.response.content
         loop = asyncio.get_running_loop()
         try:
-            # One deadline: for the first token at first, then for each next chunk.
-            with self.alarms.deadline(self.first_token_deadline) as limit:
-                while data := await content.readany():
-                    if await self._feed(splitter.feed(data)):
-                        return self.result
-                    if self.timeline.first_token:
-                        if self.heartbeat.active:
-                            await self.heartbeat.stop()
-                        limit.reschedule(loop.time() + self.idle_s)
+            # One deadline, on reads only (writes wait on the client, under its own): for the first
+            # token at first, then for each next chunk.
+            limit = self.alarms.deadline(self.first_token_deadline)
+            while True:
+                with limit:
+                    data = await content.readany()
+                if not data:
+                    break
+                if await self._feed(splitter.feed(data)):
+                    return self.result
+                if self.timeline.first_token:
+                    if self.heartbeat.active:
+                        await self.heartbeat.stop()
+                    limit.reschedule(loop.time() + self.idle_s)
             await self._end_of_stream(splitter)
         except TimeoutError:
             waited = "the first token" if not self.timeline.first_token else "the next chunk"

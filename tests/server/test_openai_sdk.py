@@ -123,6 +123,33 @@ def test_unknown_model_is_404_listing_aliases(client: openai.OpenAI) -> None:
     assert info.value.body["code"] == "model_not_found"
 
 
+def test_model_names_must_be_printable(gateway) -> None:
+    response = httpx.post(gateway.url + "/v1/chat/completions", json={"model": "fake/x\ny", "messages": USER},
+                          headers={"Authorization": f"Bearer {CLIENT_KEY}"})
+    assert response.status_code == 400 and response.json()["error"]["param"] == "model"
+
+
+def test_upstream_redirect_is_not_followed(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.InternalServerError) as info:
+        client.chat.completions.create(model="fake/redirect", messages=USER)
+    assert info.value.status_code == 502 and info.value.body["code"] == "upstream_redirect"
+
+
+def test_upstream_refusing_our_key_is_not_the_clients_401(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.InternalServerError) as info:
+        client.chat.completions.create(model="fake/error-401", messages=USER)
+    assert info.value.status_code == 502 and info.value.body["code"] == "upstream_auth_failed"
+    assert "upstreams.fake.key" in info.value.message
+
+
+def test_errors_carry_the_gateway_headers(gateway) -> None:
+    response = httpx.post(gateway.url + "/v1/chat/completions", json={"model": "chat", "messages": USER})
+    assert response.status_code == 401
+    for name in ("x-request-id", "server-timing", "x-firsttoken-cache", "x-firsttoken-route"):
+        assert name in response.headers
+    assert "gateway;dur=" in response.headers["server-timing"]
+
+
 def test_bad_client_key_is_401(gateway) -> None:
     bad = openai.OpenAI(base_url=gateway.url + "/v1", api_key="not-a-key-at-all", max_retries=0)
     with pytest.raises(openai.AuthenticationError):

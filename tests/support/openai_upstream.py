@@ -8,6 +8,7 @@
   error-<status>  answers that HTTP status with an OpenAI error body (429 with Retry-After)
   hang            accepts the request and never answers
   flood           streams about 64 MB of tokens as fast as it can
+  redirect        answers 307 to another address (which must never see our key)
 """
 
 from __future__ import annotations
@@ -99,6 +100,8 @@ def build_app(stats: Stats) -> web.Application:
                                                          else "invalid_request_error"),
                                                 "param": "messages" if status == 400 else None,
                                                 "code": f"synthetic_{status}"}}, status=status, headers=headers)
+        if model == "redirect":
+            raise web.HTTPTemporaryRedirect("http://127.0.0.1:9/v1/chat/completions")
         if model == "hang":
             await asyncio.sleep(3600)
         if model.startswith("sleep-"):

@@ -63,10 +63,6 @@ class TargetResolver:
             f"'upstream/model' with one of the upstreams: {', '.join(self.upstreams) or 'none'}.",
             param="model", code="model_not_found")
 
-    def forget(self) -> None:
-        """Drop resolved names (after upstream model lists change)."""
-        self._cache.clear()
-
 
 def _parse(target: str) -> Target:
     upstream, _, model = target.partition("/")

@@ -26,6 +26,7 @@ from firsttoken.server.http import (
     Scope,
     Send,
     read_body,
+    response_headers,
     send_error,
     send_json,
 )
@@ -100,7 +101,7 @@ class Gateway:
                                    headers={"allow": ", ".join(methods)})
             await handler(scope, receive, send, base, timeline)
         except GatewayError as error:
-            await send_error(send, error, base)
+            await send_error(send, error, response_headers(base, timeline))
         except ClientDisconnected:
             pass
         except ClientStalled as stalled:  # the connection is dropped when we return unfinished
@@ -110,7 +111,8 @@ class Gateway:
             try:
                 await send_error(send, GatewayError(500, "The gateway failed unexpectedly; this is a bug in "
                                                          "firsttoken, and the log has the details.",
-                                                    type="server_error", code="internal_error"), base)
+                                                    type="server_error", code="internal_error"),
+                                 response_headers(base, timeline))
             except Exception:
                 pass
 
@@ -152,16 +154,18 @@ class Gateway:
         for name in self.upstreams.links:
             data += [{"id": f"{name}/{model}", "object": "model", "created": 0, "owned_by": name}
                      for model in self.resolver.models_of(name)]
-        await send_json(send, 200, {"object": "list", "data": data}, base)
+        await send_json(send, 200, {"object": "list", "data": data}, response_headers(base, timeline))
 
     async def healthz(self, scope: Scope, receive: Receive, send: Send, base: Headers, timeline: Timeline) -> None:
-        await send_json(send, 200, {"status": "ok"}, base)
+        await send_json(send, 200, {"status": "ok"}, response_headers(base, timeline))
 
     async def readyz(self, scope: Scope, receive: Receive, send: Send, base: Headers, timeline: Timeline) -> None:
-        upstreams = {name: {"warm": link.pool.state.warm, "error": link.pool.state.last_error}
+        upstreams = {name: {"warm": link.pool.state.warm, "error": link.pool.state.last_error,
+                            "connections_opened": link.pool.state.connections_opened}
                      for name, link in self.upstreams.links.items()}
         ready = self.upstreams.ready()
-        await send_json(send, 200 if ready else 503, {"ready": ready, "upstreams": upstreams}, base)
+        await send_json(send, 200 if ready else 503, {"ready": ready, "upstreams": upstreams},
+                        response_headers(base, timeline))
 
 
 async def until_disconnect(receive: Receive, work: Awaitable[None], alarms: Alarms) -> None:

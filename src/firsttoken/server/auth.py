@@ -16,10 +16,6 @@ class ClientKeys:
     def __init__(self, keys: list[ClientKey]) -> None:
         self._names = {_digest(k.key.get_secret_value().encode()): k.name for k in keys}
 
-    @property
-    def required(self) -> bool:
-        return bool(self._names)
-
     def tenant(self, scope: Scope) -> str:
         """The name of the calling key; raises 401 when keys are configured and this one is not."""
         if not self._names:

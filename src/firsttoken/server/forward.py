@@ -6,6 +6,7 @@ failure, a timeout, 429 or a 5xx moves on to the next target; any other 4xx is t
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,7 +20,15 @@ from firsttoken.errors import GatewayError, bad_gateway, gateway_timeout
 from firsttoken.journey.timeline import Timeline
 from firsttoken.relay import Relay
 from firsttoken.routing.targets import Target
-from firsttoken.server.http import SSE_HEADERS, ClientStalled, Headers, Send, send_bytes, send_error
+from firsttoken.server.http import (
+    SSE_HEADERS,
+    ClientStalled,
+    Headers,
+    Send,
+    response_headers,
+    send_bytes,
+    send_error,
+)
 from firsttoken.sse import DONE, HEARTBEAT, error_event
 from firsttoken.upstream.adapter import UpstreamRequest
 from firsttoken.upstream.registry import UpstreamLink, Upstreams
@@ -44,16 +53,11 @@ def passthrough_headers(response: aiohttp.ClientResponse) -> Headers:
     return out
 
 
-def response_headers(base: Headers, timeline: Timeline) -> Headers:
-    return [*base, (b"server-timing", timeline.server_timing().encode()),
-            (b"x-firsttoken-route", timeline.route.encode()), (b"x-firsttoken-cache", b"bypass")]
-
-
 def _connection_error(link: UpstreamLink, exc: BaseException) -> GatewayError:
     if isinstance(exc, aiohttp.ServerTimeoutError):
         return gateway_timeout(f"upstream {link.name} did not answer within {link.settings.timeouts.connect:g} s "
                                f"of connecting; check that it is up, or raise its timeouts.")
-    return bad_gateway(f"upstream {link.name} ({link.settings.url}) is unreachable: {type(exc).__name__}"
+    return bad_gateway(f"upstream {link.name} ({link.settings.public_url}) is unreachable: {type(exc).__name__}"
                        f"{': ' + str(exc) if str(exc) else ''}")
 
 
@@ -68,9 +72,12 @@ async def _open(link: UpstreamLink, request: UpstreamRequest, timeline: Timeline
     session = link.pool.session
     assert session is not None
     try:
-        response = await session.post(request.url, data=request.data, headers=request.headers)
+        # No redirects: aiohttp would carry api-key / x-api-key headers to wherever they point.
+        response = await session.post(request.url, data=request.data, headers=request.headers,
+                                      allow_redirects=False)
     except aiohttp.ServerDisconnectedError:
-        response = await session.post(request.url, data=request.data, headers=request.headers)
+        response = await session.post(request.url, data=request.data, headers=request.headers,
+                                      allow_redirects=False)
     timeline.first_byte = perf_counter()
     assert link.pool.connector is not None
     opened_ms = link.pool.connector.connect_ms(response)
@@ -100,6 +107,8 @@ async def _attempt(upstreams: Upstreams, alarms: Alarms, target: Target, build: 
     try:
         with alarms.deadline(attempt.deadline):
             attempt.response = await _open(link, request, timeline)
+    except aiohttp.ServerTimeoutError as exc:  # a TimeoutError too, but the connect's own
+        attempt.failure = _connection_error(link, exc)
     except TimeoutError:
         attempt.failure = _timeout(link)
     except CONNECTION_ERRORS as exc:
@@ -108,9 +117,12 @@ async def _attempt(upstreams: Upstreams, alarms: Alarms, target: Target, build: 
 
 
 def _refusal(link: UpstreamLink, response: aiohttp.ClientResponse, data: bytes) -> GatewayError:
-    """An upstream's error status as the client's error, its rate-limit headers kept."""
+    """An upstream's error status (or a redirect) as the client's error, its rate-limit headers kept."""
+    if response.status < 400:
+        return bad_gateway(f"upstream {link.name} answered with a redirect (HTTP {response.status}); set its url "
+                           f"to the address it redirects to.", code="upstream_redirect")
     error = link.adapter.error(response.status, data)
-    error.headers.update({k.decode(): v.decode() for k, v in passthrough_headers(response)})
+    error.headers.update({k.decode("latin-1"): v.decode("latin-1") for k, v in passthrough_headers(response)})
     return error
 
 
@@ -136,7 +148,7 @@ async def forward_complete(upstreams: Upstreams, alarms: Alarms, targets: list[T
             continue
         finally:
             response.release()
-        if response.status >= 400:
+        if response.status >= 300:
             failure = _refusal(link, response, data)
             if failure.status in RETRYABLE_STATUS:
                 continue
@@ -181,6 +193,15 @@ class StreamForwarder:
                 log.warning("stream failed after %d attempt(s): %s", self.timeline.attempts, failure.message)
                 await self.heartbeat.stop()
                 await self._fail(failure)
+        except (GatewayError, ClientStalled, asyncio.CancelledError):
+            raise
+        except Exception:  # a bug: once the stream has started, end it properly instead of a second start
+            if not self.started or self.ended:
+                raise
+            log.exception("stream failed unexpectedly")
+            await self.heartbeat.stop()
+            await self._fail(GatewayError(500, "The gateway failed unexpectedly; this is a bug in firsttoken, "
+                                               "and the log has the details.", "server_error", code="internal_error"))
         finally:
             self.heartbeat.close()
 
@@ -208,7 +229,7 @@ class StreamForwarder:
     async def _answer(self, link: UpstreamLink, response: aiohttp.ClientResponse,
                       deadline: float) -> GatewayError | None:
         """Relay one upstream response; a GatewayError when it refused (nothing relayed yet)."""
-        if response.status >= 400:
+        if response.status >= 300:
             with self.alarms.deadline(self.alarms.now() + link.settings.timeouts.idle):
                 data = await response.read()
             return _refusal(link, response, data)
@@ -216,10 +237,10 @@ class StreamForwarder:
             # Some servers answer a stream request with one JSON body; pass it on as it is.
             with self.alarms.deadline(self.alarms.now() + link.settings.timeouts.idle):
                 data = await response.read()
+            await self.heartbeat.stop()  # first: a beat in flight may still start the stream
             if self.started:
                 return bad_gateway(f"upstream {link.name} answered a stream request with "
                                    f"{response.content_type}", code="upstream_bad_response")
-            await self.heartbeat.stop()
             await send_bytes(self.send, response.status, link.adapter.chat_response(data),
                              response_headers(self.base_headers, self.timeline))
             return None

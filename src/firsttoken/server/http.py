@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 from firsttoken.errors import GatewayError
+from firsttoken.journey.timeline import Timeline
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -26,6 +27,13 @@ SSE_HEADERS: Headers = [
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),  # tells nginx and similar proxies in front of us not to buffer
 ]
+
+
+def response_headers(base: Headers, timeline: Timeline) -> Headers:
+    """The headers of every gateway response (DESIGN.md): request id, Server-Timing, cache, route."""
+    return [*base, (b"server-timing", timeline.server_timing().encode()),
+            (b"x-firsttoken-route", timeline.route.encode() if timeline.route else b"none"),
+            (b"x-firsttoken-cache", b"bypass")]
 
 
 class ClientDisconnected(Exception):

@@ -64,6 +64,9 @@ def model_name(body: dict[str, Any]) -> str:
     if not isinstance(model, str) or not model.strip():
         raise bad_request("'model' must be a non-empty string naming a model or alias.", param="model",
                           code="invalid_type")
+    if len(model) > 256 or not model.isprintable():  # it travels on in headers and URLs
+        raise bad_request("'model' must be at most 256 printable characters.", param="model",
+                          code="invalid_value")
     return model
 
 

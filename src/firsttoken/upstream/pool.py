@@ -58,7 +58,6 @@ class PoolState:
     warm: bool = False
     attempted: bool = False
     last_error: str | None = None
-    warmed_at: float = 0.0
     connections_opened: int = 0
     models: list[str] = field(default_factory=list)
     upstream_keepalive_s: float | None = None  # from the upstream's Keep-Alive header, when it sends one
@@ -76,6 +75,7 @@ class WarmPool:
         self.connector: TimedConnector | None = None
         self._refresher: asyncio.Task[None] | None = None
         self._releasing: dict[aiohttp.ClientResponse, asyncio.Task[None]] = {}
+        self._problem: str | None = None  # what the current warm-up round's probes reported
 
     async def start(self) -> None:
         pool = self.settings.pool
@@ -140,22 +140,20 @@ class WarmPool:
             self.state.attempted = True
             self.state.warm = count == 0
             return
+        self._problem = None
         results = await asyncio.gather(*(self._probe() for _ in range(count)), return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
         self.state.connections_opened += sum(1 for r in results if r is True)
         self.state.attempted = True
         self.state.warm = len(errors) < count
-        if errors:
-            self.state.last_error = _describe(errors[0])
-        if self.state.warm:
-            self.state.warmed_at = time.monotonic()
-        else:
+        self.state.last_error = _describe(errors[0]) if errors else self._problem  # this round's, not stale
+        if not self.state.warm:
             log.warning("upstream %s: could not open a warm connection: %s", self.name, self.state.last_error)
 
     async def _probe(self) -> bool:
         """One cheap request on a pooled connection; True when it had to open a new one."""
         assert self.session is not None and self.connector is not None
-        async with self.session.get(self.probe_url, headers=self.probe_headers,
+        async with self.session.get(self.probe_url, headers=self.probe_headers, allow_redirects=False,
                                     timeout=aiohttp.ClientTimeout(total=self.settings.timeouts.connect * 2)) as resp:
             opened = self.connector.connect_ms(resp) is not None
             if match := _KEEPALIVE_TIMEOUT.search(resp.headers.get("Keep-Alive", "")):
@@ -164,7 +162,7 @@ class WarmPool:
             if resp.status == 200 and not self.state.models:
                 self.state.models = _model_ids(body)
             elif resp.status in (401, 403):
-                self.state.last_error = f"the upstream refused the key (HTTP {resp.status})"
+                self._problem = f"the upstream refused the key (HTTP {resp.status})"
         return opened
 
     def refresh_interval(self) -> float:
