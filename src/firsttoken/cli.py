@@ -44,7 +44,7 @@ def serve(config_path: str | None, host: str | None, port: int | None, workers: 
         err.print(f"[bold red]firsttoken: configuration error[/]\n{exc}", markup=True, soft_wrap=True)
         sys.exit(2)
     if not settings.upstreams:
-        err.print(NOTHING_CONFIGURED, markup=False)
+        click.echo(NOTHING_CONFIGURED, err=True)  # already wrapped for a terminal
         sys.exit(2)
     if not settings.loopback_only and not settings.keys and not settings.listen.allow_unauthenticated:
         err.print(f"firsttoken: refusing to listen on {settings.listen.host} without client keys: anyone who "

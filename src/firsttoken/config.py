@@ -216,11 +216,12 @@ def from_environment(environ: dict[str, str]) -> dict[str, Any]:
 
 
 NOTHING_CONFIGURED = """\
-No upstream is configured. Set a provider key in the environment (OPENAI_API_KEY, ANTHROPIC_API_KEY,
-GROQ_API_KEY, OPENROUTER_API_KEY, TOGETHER_API_KEY, MISTRAL_API_KEY, DEEPSEEK_API_KEY or GEMINI_API_KEY)
-and run `firsttoken serve` again, or write a firsttoken.yaml with an `upstreams:` entry such as
-`local: {url: http://127.0.0.1:8000/v1, api: openai}` for any OpenAI-compatible server (vLLM, Ollama,
-llama.cpp) and pass it with --config."""
+No upstream is configured. Set a provider key in the environment (OPENAI_API_KEY,
+ANTHROPIC_API_KEY, GROQ_API_KEY, OPENROUTER_API_KEY, TOGETHER_API_KEY,
+MISTRAL_API_KEY, DEEPSEEK_API_KEY or GEMINI_API_KEY) and run `firsttoken serve`
+again, or write a firsttoken.yaml with an `upstreams:` entry such as
+`local: {url: http://127.0.0.1:8000/v1, api: openai}` for any OpenAI-compatible
+server (vLLM, Ollama, llama.cpp) and pass it with --config."""
 
 
 # --- loading ------------------------------------------------------------------------------------
