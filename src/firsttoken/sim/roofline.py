@@ -160,6 +160,23 @@ class Deployment:
         memory_s = (weights + tokens * self.kv_bytes_per_token_per_gpu) / self._bandwidth()
         return max(compute_s, memory_s) + self._fixed_s()
 
+    def mixed_step_s(self, decode_batch: int, decode_context: int, prefill_tokens: int, prefill_offset: int) -> float:
+        """One iteration of a continuously batching engine: a token for each of `decode_batch` sequences
+        (holding `decode_context` tokens in all) plus a prefill chunk of `prefill_tokens` that starts
+        `prefill_offset` tokens into its prompt. The weights are read once for both; compute adds up."""
+        if decode_batch < 0 or prefill_tokens < 0 or decode_batch + prefill_tokens < 1:
+            raise ValueError(f"mixed_step_s: nothing to run (decode_batch {decode_batch}, prefill {prefill_tokens})")
+        eff, m = self.efficiency, self.model
+        tokens = decode_batch + prefill_tokens
+        weights = m.weight_params_touched(tokens) * BYTES_PER_PARAM[self.precision] / self.tp
+        kv_read = (decode_context + prefill_offset) * self.kv_bytes_per_token_per_gpu
+        memory_s = (weights + kv_read + prefill_tokens * self.kv_bytes_per_token_per_gpu) / self._bandwidth()
+        attended = decode_context + prefill_tokens * (prefill_offset + prefill_tokens / 2)  # causal: half the chunk
+        attention = 4 * m.layers * m.heads * m.head_dim * attended
+        flops = 2 * m.active_params_b * 1e9 * tokens + attention
+        compute_s = flops / (self.tp * self.gpu.peak_flops(self.precision) * eff.prefill_compute)
+        return max(memory_s, compute_s) + self._fixed_s()
+
     def load_s(self, load_bandwidth_gb_s: float = DEFAULT_LOAD_BANDWIDTH_GB_S,
                engine_start_s: float = ENGINE_START_S) -> float:
         """A cold start: all weights through one storage path (the replica's GPUs share it), then the engine."""
