@@ -56,6 +56,36 @@ def serve(config_path: str | None, host: str | None, port: int | None, workers: 
     _run(settings, config_path, workers)
 
 
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=int, default=9001, show_default=True)
+@click.option("--model", default="llama-3.1-8b", show_default=True, help="A catalogue model.")
+@click.option("--gpu", default="h100", show_default=True, help="A catalogue GPU.")
+@click.option("--tp", type=click.IntRange(1, 64), default=1, show_default=True, help="Tensor-parallel GPUs.")
+@click.option("--precision", type=click.Choice(["bf16", "fp8", "int4"]), default="bf16", show_default=True)
+def sim(host: str, port: int, model: str, gpu: str, tp: int, precision: str) -> None:
+    """Run a simulated region: an OpenAI-compatible server with a GPU's real timing."""
+    from aiohttp import web
+
+    from firsttoken.sim.catalogue import Catalogue, CatalogueError
+    from firsttoken.sim.engine import Engine
+    from firsttoken.sim.region import Region
+    from firsttoken.sim.roofline import Deployment, DeploymentError
+    from firsttoken.sim.server import SimServer
+
+    catalogue = Catalogue.builtin()
+    try:
+        deployment = Deployment(catalogue.gpu(gpu), catalogue.model(model), precision, tp)
+    except (CatalogueError, DeploymentError) as exc:
+        err.print(f"firsttoken sim: {exc}", markup=False, soft_wrap=True)
+        sys.exit(2)
+    err.print(f"[bold]firsttoken sim[/]: {model} at {precision} on {tp}× {gpu}, listening on http://{host}:{port}/v1 "
+              f"(KV cache {deployment.max_kv_tokens:,} tokens; one decode step "
+              f"{deployment.decode_step_s(1000, 1) * 1000:.1f} ms)")
+    web.run_app(SimServer(Region(Engine(deployment)), model).app, host=host, port=port, print=None,
+                access_log=None)
+
+
 def _banner(settings: Settings, workers: int) -> None:
     listen = settings.listen
     err.print(f"[bold]firsttoken {__version__}[/] listening on http://{listen.host}:{listen.port}/v1 "

@@ -71,6 +71,14 @@ class Engine:
                              f"this replica's KV cache of {self.kv_capacity} tokens")
         self.waiting.append(sequence)
 
+    def cancel(self, sequence: Sequence) -> None:
+        """Drop a sequence whose client went away, freeing its KV reservation."""
+        if sequence in self.waiting:
+            self.waiting.remove(sequence)
+        elif sequence in self.running:
+            self.running.remove(sequence)
+            self.kv_used -= sequence.kv_reserved
+
     @property
     def busy(self) -> bool:
         return bool(self.running or self.waiting)

@@ -1,0 +1,55 @@
+"""The simulated model's words: a tokenizer of its own and deterministic text.
+
+The region is not a language model, so it defines its own tokens: in prompts a word or a punctuation
+mark, in answers a word of the corpus with its punctuation (one engine step writes one of them).
+Usage counts are exact under that definition, and the same request always gets the same answer.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_TOKEN = re.compile(r"\w+|[^\w\s]")
+
+CORPUS = (
+    "The request left Lagos on a submarine cable, crossed the ocean in a few dozen milliseconds, and waited "
+    "in a queue in front of a busy GPU. The model read every weight once for each token it wrote, so the "
+    "answer came back one word at a time, as fast as memory bandwidth allowed. A gateway near the user kept "
+    "the connection warm, streamed each token the moment it arrived, and measured where the time went: "
+    "distance, handshakes, queue, prefill and generation."
+).split(" ")
+
+
+def count_tokens(text: str) -> int:
+    return len(_TOKEN.findall(text))
+
+
+def prompt_tokens(messages: Any) -> int:
+    """Tokens in a chat's messages: their text, plus four per message for the role and separators."""
+    total = 0
+    for message in messages if isinstance(messages, list) else []:
+        if not isinstance(message, dict):
+            continue
+        content = message.get("content")
+        if isinstance(content, list):
+            content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        total += 4 + count_tokens(str(content or ""))
+    return max(total, 1)
+
+
+def answer(max_tokens: int, stop: list[str]) -> tuple[list[str], str]:
+    """The pieces (one per token) of the answer, cut at the first stop sequence; and the finish reason."""
+    pieces: list[str] = []
+    text = ""
+    for i in range(max_tokens):
+        piece = CORPUS[i % len(CORPUS)] if i == 0 else " " + CORPUS[i % len(CORPUS)]
+        for sequence in stop:
+            at = (text + piece).find(sequence)
+            if at >= 0:
+                cut = (text + piece)[:at]
+                rest = cut[len(text):]
+                return pieces + ([rest] if rest else []), "stop"
+        pieces.append(piece)
+        text += piece
+    return pieces, "length"

@@ -1,0 +1,85 @@
+"""The simulated region through the real openai SDK: answers, streams, usage and its ground truth."""
+
+from __future__ import annotations
+
+import time
+from contextlib import asynccontextmanager
+
+import openai
+import pytest
+from aiohttp import web
+
+from firsttoken.sim import text
+from firsttoken.sim.catalogue import Catalogue
+from firsttoken.sim.engine import Engine
+from firsttoken.sim.region import Region
+from firsttoken.sim.roofline import Deployment
+from firsttoken.sim.server import SimServer
+from support.threaded import InThread
+
+CATALOGUE = Catalogue.builtin()
+DEPLOYMENT = Deployment(CATALOGUE.gpu("h100"), CATALOGUE.model("llama-3.1-8b"), "bf16", 1)
+
+
+@asynccontextmanager
+async def serve_sim():
+    runner = web.AppRunner(SimServer(Region(Engine(DEPLOYMENT)), "llama-3.1-8b").app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield runner.addresses[0][1]
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture(scope="module")
+def client():
+    with InThread(serve_sim) as port:
+        yield openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+
+
+MESSAGES = [{"role": "user", "content": "How long does a token take from Virginia to Lagos?"}]
+
+
+def test_non_streaming_answer_usage_and_ground_truth(client) -> None:
+    raw = client.chat.completions.with_raw_response.create(model="llama-3.1-8b", messages=MESSAGES, max_tokens=12)
+    completion = raw.parse()
+    pieces, _ = text.answer(12, [])
+    assert completion.choices[0].message.content == "".join(pieces)
+    assert completion.choices[0].finish_reason == "length"
+    assert completion.usage.completion_tokens == 12
+    assert completion.usage.prompt_tokens == text.prompt_tokens(MESSAGES)
+    timing = dict(part.strip().split(";dur=") for part in raw.headers["server-timing"].split(","))
+    assert set(timing) == {"queue", "cold", "prefill"}
+    # an idle region: no queue, and the first token after one prefill step of this prompt
+    assert float(timing["queue"]) == pytest.approx(0, abs=1.0)  # the engine loop's wake-up only
+    expected = DEPLOYMENT.mixed_step_s(0, 0, text.prompt_tokens(MESSAGES), 0) * 1000
+    assert float(timing["prefill"]) == pytest.approx(expected, abs=0.05)
+
+
+def test_stream_follows_the_engine_schedule(client) -> None:
+    started = time.perf_counter()
+    stream = client.chat.completions.create(model="llama-3.1-8b", messages=MESSAGES, max_tokens=40, stream=True,
+                                            stream_options={"include_usage": True})
+    arrivals, content, usage = [], "", None
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            arrivals.append(time.perf_counter())
+            content += chunk.choices[0].delta.content
+        if chunk.usage:
+            usage = chunk.usage
+    assert content == "".join(text.answer(40, [])[0]) and usage.completion_tokens == 40
+    decode = DEPLOYMENT.decode_step_s(text.prompt_tokens(MESSAGES) + 20, 1)
+    # 39 decode steps after the first token; the schedule is absolute, so the total cannot drift
+    assert arrivals[-1] - arrivals[0] == pytest.approx(39 * decode, rel=0.25)
+    assert arrivals[-1] - started < 1.0
+
+
+def test_stop_sequences_and_unknown_models(client) -> None:
+    completion = client.chat.completions.create(model="llama-3.1-8b", messages=MESSAGES, max_tokens=50, stop=["cable"])
+    assert completion.choices[0].message.content == "The request left Lagos on a submarine "
+    assert completion.choices[0].finish_reason == "stop"
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="gpt-9", messages=MESSAGES)
+    assert [m.id for m in client.models.list()] == ["llama-3.1-8b"]
