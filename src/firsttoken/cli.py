@@ -63,7 +63,9 @@ def serve(config_path: str | None, host: str | None, port: int | None, workers: 
 @click.option("--gpu", default="h100", show_default=True, help="A catalogue GPU.")
 @click.option("--tp", type=click.IntRange(1, 64), default=1, show_default=True, help="Tensor-parallel GPUs.")
 @click.option("--precision", type=click.Choice(["bf16", "fp8", "int4"]), default="bf16", show_default=True)
-def sim(host: str, port: int, model: str, gpu: str, tp: int, precision: str) -> None:
+@click.option("--idle-unload", "idle_unload", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Unload the model after this many idle seconds; the next request pays the cold start.")
+def sim(host: str, port: int, model: str, gpu: str, tp: int, precision: str, idle_unload: float | None) -> None:
     """Run a simulated region: an OpenAI-compatible server with a GPU's real timing."""
     from aiohttp import web
 
@@ -82,8 +84,11 @@ def sim(host: str, port: int, model: str, gpu: str, tp: int, precision: str) -> 
     err.print(f"[bold]firsttoken sim[/]: {model} at {precision} on {tp}× {gpu}, listening on http://{host}:{port}/v1 "
               f"(KV cache {deployment.max_kv_tokens:,} tokens; one decode step "
               f"{deployment.decode_step_s(1000, 1) * 1000:.1f} ms)")
-    web.run_app(SimServer(Region(Engine(deployment)), model).app, host=host, port=port, print=None,
-                access_log=None)
+    if idle_unload is not None:
+        err.print(f"  after {idle_unload:g} s idle the model unloads; loading it back takes "
+                  f"{deployment.load_s():.1f} s")
+    region = Region(Engine(deployment), idle_unload_s=idle_unload, load_s=deployment.load_s())
+    web.run_app(SimServer(region, model).app, host=host, port=port, print=None, access_log=None)
 
 
 def _banner(settings: Settings, workers: int) -> None:

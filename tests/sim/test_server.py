@@ -83,3 +83,37 @@ def test_stop_sequences_and_unknown_models(client) -> None:
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="gpt-9", messages=MESSAGES)
     assert [m.id for m in client.models.list()] == ["llama-3.1-8b"]
+
+
+@asynccontextmanager
+async def serve_scale_to_zero():
+    region = Region(Engine(DEPLOYMENT), idle_unload_s=0.2, load_s=0.3)
+    runner = web.AppRunner(SimServer(region, "llama-3.1-8b").app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield runner.addresses[0][1]
+    finally:
+        await runner.cleanup()
+
+
+def test_a_quiet_spell_costs_a_cold_start() -> None:
+    with InThread(serve_scale_to_zero) as port:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+
+        def ask() -> tuple[dict[str, float], float]:
+            started = time.perf_counter()
+            raw = client.chat.completions.with_raw_response.create(model="llama-3.1-8b", messages=MESSAGES,
+                                                                    max_tokens=2)
+            parts = raw.headers["server-timing"].split(",")
+            timing = {k.strip(): float(v) for k, v in (p.split(";dur=") for p in parts)}
+            return timing, time.perf_counter() - started
+
+        warm, _ = ask()
+        assert warm["cold"] == 0
+        time.sleep(0.5)  # past idle_unload_s: the model leaves GPU memory
+        cold, elapsed = ask()
+        assert cold["cold"] == pytest.approx(300, abs=20) and elapsed >= 0.3
+        again, _ = ask()  # loaded again
+        assert again["cold"] == 0

@@ -32,6 +32,7 @@ class Sequence:
     prefilled: int = 0
     generated: int = 0
     admitted_at: float | None = None
+    cold_s: float = 0.0  # of its wait, the part spent while the model was being loaded back
     first_token_at: float | None = None
     finished_at: float | None = None
 

@@ -116,6 +116,7 @@ class SimServer:
     @staticmethod
     def _server_timing(sequence: Sequence, first: float) -> str:
         admitted = sequence.admitted_at if sequence.admitted_at is not None else sequence.arrived_at
-        queue_ms = (admitted - sequence.arrived_at) * 1000
+        queue_ms = (admitted - sequence.arrived_at - sequence.cold_s) * 1000
         prefill_ms = (first - admitted) * 1000
-        return f"queue;dur={queue_ms:.2f}, cold;dur=0.00, prefill;dur={prefill_ms:.2f}"
+        cold_ms = sequence.cold_s * 1000
+        return f"queue;dur={max(queue_ms, 0.0):.2f}, cold;dur={cold_ms:.2f}, prefill;dur={prefill_ms:.2f}"
