@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import time
-from contextlib import asynccontextmanager
 
 import openai
 import pytest
-from aiohttp import web
 
 from firsttoken.sim import text
 from firsttoken.sim.catalogue import Catalogue
@@ -15,22 +13,15 @@ from firsttoken.sim.engine import Engine
 from firsttoken.sim.region import Region
 from firsttoken.sim.roofline import Deployment
 from firsttoken.sim.server import SimServer
+from support.loopback import serve_on_loopback
 from support.threaded import InThread
 
 CATALOGUE = Catalogue.builtin()
 DEPLOYMENT = Deployment(CATALOGUE.gpu("h100"), CATALOGUE.model("llama-3.1-8b"), "bf16", 1)
 
 
-@asynccontextmanager
-async def serve_sim():
-    runner = web.AppRunner(SimServer(Region(Engine(DEPLOYMENT)), "llama-3.1-8b").app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield runner.addresses[0][1]
-    finally:
-        await runner.cleanup()
+def serve_sim():
+    return serve_on_loopback(SimServer(Region(Engine(DEPLOYMENT)), "llama-3.1-8b").app)
 
 
 @pytest.fixture(scope="module")
@@ -85,17 +76,9 @@ def test_stop_sequences_and_unknown_models(client) -> None:
     assert [m.id for m in client.models.list()] == ["llama-3.1-8b"]
 
 
-@asynccontextmanager
-async def serve_scale_to_zero():
+def serve_scale_to_zero():
     region = Region(Engine(DEPLOYMENT), idle_unload_s=0.2, load_s=0.3)
-    runner = web.AppRunner(SimServer(region, "llama-3.1-8b").app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield runner.addresses[0][1]
-    finally:
-        await runner.cleanup()
+    return serve_on_loopback(SimServer(region, "llama-3.1-8b").app)
 
 
 def test_a_quiet_spell_costs_a_cold_start() -> None:

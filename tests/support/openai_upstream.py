@@ -22,6 +22,7 @@ from typing import Any
 
 from aiohttp import web
 
+from support.loopback import serve_on_loopback
 from support.threaded import InThread
 
 UPSTREAM_KEY = "sk-upstream-secret-DO-NOT-LEAK-4242"
@@ -190,14 +191,8 @@ async def run_openai_upstream(stats: Stats, keepalive_s: float | None = None) ->
             response.headers["Keep-Alive"] = header
 
         app.on_response_prepare.append(announce)
-    runner = web.AppRunner(app, handler_cancellation=True, **options)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield runner.addresses[0][1]
-    finally:
-        await runner.cleanup()
+    async with serve_on_loopback(app, handler_cancellation=True, **options) as port:
+        yield port
 
 
 class UpstreamThread:
