@@ -61,9 +61,11 @@ def _connection_error(link: UpstreamLink, exc: BaseException) -> GatewayError:
                        f"{': ' + str(exc) if str(exc) else ''}")
 
 
-def _timeout(link: UpstreamLink) -> GatewayError:
-    return gateway_timeout(f"upstream {link.name} sent no answer within {link.settings.timeouts.first_byte:g} s "
-                           f"(timeouts.first_byte); it may be overloaded, or the timeout may be too short.")
+def _timeout(link: UpstreamLink, which: str = "first_byte") -> GatewayError:
+    """A 504 naming the timeout that ran out: `first_byte` (no answer) or `idle` (a body that stalled)."""
+    seconds = getattr(link.settings.timeouts, which)
+    return gateway_timeout(f"upstream {link.name} sent nothing for {seconds:g} s (timeouts.{which}); it may be "
+                           f"overloaded, or the timeout may be too short.")
 
 
 async def _open(link: UpstreamLink, request: UpstreamRequest, timeline: Timeline) -> aiohttp.ClientResponse:
@@ -141,7 +143,7 @@ async def forward_complete(upstreams: Upstreams, alarms: Alarms, targets: list[T
             with alarms.deadline(alarms.now() + link.settings.timeouts.idle):
                 data = await response.read()
         except TimeoutError:
-            failure = _timeout(link)
+            failure = _timeout(link, "idle")
             continue
         except CONNECTION_ERRORS as exc:
             failure = _connection_error(link, exc)
@@ -216,7 +218,7 @@ class StreamForwarder:
             try:
                 failure = await self._answer(link, response, attempt.deadline)
             except TimeoutError:  # reading a refusal's body (a stream's own failures end in the relay)
-                failure = _timeout(link)
+                failure = _timeout(link, "idle")
             except CONNECTION_ERRORS as exc:
                 failure = _connection_error(link, exc)
             finally:
