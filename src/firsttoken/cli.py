@@ -57,38 +57,64 @@ def serve(config_path: str | None, host: str | None, port: int | None, workers: 
 
 
 @main.command()
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="firsttoken.yaml whose `sim:` section to start from; flags override it.")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=int, default=9001, show_default=True)
-@click.option("--model", default="llama-3.1-8b", show_default=True, help="A catalogue model.")
-@click.option("--gpu", default="h100", show_default=True, help="A catalogue GPU.")
-@click.option("--tp", type=click.IntRange(1, 64), default=1, show_default=True, help="Tensor-parallel GPUs.")
-@click.option("--precision", type=click.Choice(["bf16", "fp8", "int4"]), default="bf16", show_default=True)
-@click.option("--idle-unload", "idle_unload", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Unload the model after this many idle seconds; the next request pays the cold start.")
-def sim(host: str, port: int, model: str, gpu: str, tp: int, precision: str, idle_unload: float | None) -> None:
-    """Run a simulated region: an OpenAI-compatible server with a GPU's real timing."""
+@click.option("--model", "models", multiple=True, help="A catalogue model (repeat for several; default llama-3.1-8b).")
+@click.option("--gpu", default=None, help="A catalogue GPU (default h100).")
+@click.option("--tp", type=int, default=None, help="Tensor-parallel GPUs per replica (default 1).")
+@click.option("--replicas", type=int, default=None, help="Replicas of each model (default 1).")
+@click.option("--precision", type=click.Choice(["bf16", "fp8", "int4"]), default=None, help="Default bf16.")
+@click.option("--idle-unload", "idle_unload", type=float, default=None,
+              help="Unload a model after this many idle seconds; the next request pays the cold start.")
+@click.option("--rpm", type=int, default=None, help="Requests per minute per API key; past it, 429.")
+@click.option("--tpm", type=int, default=None, help="Tokens (prompt + max_tokens) per minute per API key.")
+@click.option("--max-queue", "max_queue", type=int, default=None,
+              help="Waiting requests per model past which new ones are refused as overloaded.")
+@click.option("--overload-status", "overload_status", type=click.Choice(["429", "503"]), default=None,
+              help="The status an overloaded OpenAI endpoint answers (default 503; Anthropic's is 529).")
+@click.option("--region", default=None, help="Where the GPUs are: aws:us-east-1, a city, or lat,lon.")
+@click.option("--client-location", "client_location", default=None,
+              help="Where the clients are (a city or lat,lon); with --region, each direction pays the fibre delay.")
+@click.option("--path-factor", "path_factor", type=float, default=None,
+              help="Cable length over the great circle (default 1.5).")
+def sim(config_path: str | None, host: str, port: int, models: tuple[str, ...], **flags: Any) -> None:
+    """Run a simulated region: an OpenAI- and Anthropic-compatible server with a GPU's real timing."""
     from aiohttp import web
 
-    from firsttoken.sim.catalogue import Catalogue, CatalogueError
-    from firsttoken.sim.engine import Engine
     from firsttoken.sim.region import Region
-    from firsttoken.sim.roofline import Deployment, DeploymentError
     from firsttoken.sim.server import SimServer
 
-    catalogue = Catalogue.builtin()
+    tree: dict[str, Any] = {}
+    if config_path is not None:
+        try:
+            tree = config_module.sim_tree(config_module.load(config_path))
+        except ConfigError as exc:
+            err.print(f"firsttoken sim: {exc}", markup=False, soft_wrap=True)
+            sys.exit(2)
+    if models:
+        tree["models"] = list(models)
+    if flags.get("overload_status") is not None:
+        flags["overload_status"] = int(flags["overload_status"])
+    tree.update({k: v for k, v in flags.items() if v is not None})
     try:
-        deployment = Deployment(catalogue.gpu(gpu), catalogue.model(model), precision, tp)
-    except (CatalogueError, DeploymentError) as exc:
+        settings = config_module.sim_settings(tree)
+    except ConfigError as exc:
         err.print(f"firsttoken sim: {exc}", markup=False, soft_wrap=True)
         sys.exit(2)
-    err.print(f"[bold]firsttoken sim[/]: {model} at {precision} on {tp}× {gpu}, listening on http://{host}:{port}/v1 "
-              f"(KV cache {deployment.max_kv_tokens:,} tokens; one decode step "
-              f"{deployment.decode_step_s(1000, 1) * 1000:.1f} ms)")
-    if idle_unload is not None:
-        err.print(f"  after {idle_unload:g} s idle the model unloads; loading it back takes "
-                  f"{deployment.load_s():.1f} s")
-    region = Region(Engine(deployment), idle_unload_s=idle_unload, load_s=deployment.load_s())
-    web.run_app(SimServer(region, model).app, host=host, port=port, print=None, access_log=None)
+    region = Region(settings)
+    err.print(f"[bold]firsttoken sim[/]: {settings.describe()}, listening on http://{host}:{port}/v1")
+    for name, deployment in settings.deployments.items():
+        load = f"; after {settings.idle_unload:g} s idle it unloads, and loading back takes " \
+               f"{settings.load_s(deployment):.1f} s" if settings.idle_unload else ""
+        err.print(f"  {name}: KV cache {deployment.max_kv_tokens:,} tokens per replica; one decode step "
+                  f"{deployment.decode_step_s(1000, 1) * 1000:.1f} ms{load}")
+    limits = [f"{settings.rpm} requests" if settings.rpm else "", f"{settings.tpm} tokens" if settings.tpm else ""]
+    if any(limits):
+        err.print(f"  rate limits per API key: {' and '.join(x for x in limits if x)} per minute")
+    web.run_app(SimServer(region).app, host=host, port=port, print=None, access_log=None,
+                handler_cancellation=True)
 
 
 def _banner(settings: Settings, workers: int) -> None:

@@ -24,6 +24,8 @@ from pydantic import (
     model_validator,
 )
 
+from firsttoken.sim.settings import SimSettings
+
 
 class ConfigError(Exception):
     """A configuration problem, worded for the person who has to fix it."""
@@ -118,6 +120,7 @@ class Settings(_Strict):
     cache: Cache | None = None
     limits: Limits = Field(default_factory=Limits)
     streaming: Streaming = Field(default_factory=Streaming)
+    sim: SimSettings | None = None  # an in-process simulated region; the upstream when none is configured
     _source: str = PrivateAttr("defaults")  # where the settings came from, for the start-up banner
 
     @field_validator("upstreams")
@@ -261,6 +264,18 @@ def validate(tree: dict[str, Any], source: str = "config") -> Settings:
         return Settings.model_validate(tree)
     except ValidationError as exc:
         raise ConfigError(f"{source}: " + "; ".join(_describe(e) for e in exc.errors())) from None
+
+
+def sim_settings(tree: dict[str, Any]) -> SimSettings:
+    """A simulated region's settings from a `sim:` tree (file and flags merged), errors worded as for the file."""
+    settings = validate({"sim": tree}, "sim settings")
+    assert settings.sim is not None
+    return settings.sim
+
+
+def sim_tree(settings: Settings) -> dict[str, Any]:
+    """The `sim:` keys a file set, to merge flags into."""
+    return settings.sim.model_dump(exclude_unset=True) if settings.sim is not None else {}
 
 
 def _describe(error: Any) -> str:

@@ -66,10 +66,14 @@ class Engine:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
 
-    def submit(self, sequence: Sequence) -> None:
+    def check_fits(self, sequence: Sequence) -> None:
+        """Raise ValueError for a request that could never be admitted, however long it waited."""
         if sequence.kv_reserved > self.kv_capacity:
             raise ValueError(f"a request of {sequence.prompt_tokens} + {sequence.max_output} tokens can never fit "
                              f"this replica's KV cache of {self.kv_capacity} tokens")
+
+    def submit(self, sequence: Sequence) -> None:
+        self.check_fits(sequence)
         self.waiting.append(sequence)
 
     def cancel(self, sequence: Sequence) -> None:

@@ -1,93 +1,90 @@
-"""A region in real time: the engine's steps played out on the event loop, each token released at
-its step's end.
+"""A simulated region: each model served by its replicas, behind the region's limits.
 
-Deadlines are absolute: step n ends at start + the sum of the first n step times, whatever the
-event loop's own delays, so the timing never drifts (sleeps are not accumulated).
-
-With `idle_unload_s`, a region left without traffic that long unloads its model, as scale-to-zero
-platforms do; the next request waits `load_s` (weights over the load path, then the engine's start)
-before anything runs, and every request that waited records the part of its wait that was the load.
+Requests go to the replica that will start them soonest: a loaded one before one that would have to
+load its model back, then the one with the least work queued (waiting and running sequences), as a
+least-outstanding-requests load balancer in front of vLLM replicas does. Past `max_queue` waiting
+requests for a model, new ones are refused as overloaded; past a key's RPM or TPM, as rate limited.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
+from dataclasses import dataclass
 
 from firsttoken.sim.engine import Engine, Sequence
+from firsttoken.sim.ratelimit import KeyLimits, Refusal
+from firsttoken.sim.replica import Replica
+from firsttoken.sim.settings import SimSettings
 
-log = logging.getLogger("firsttoken.sim")
+
+class Overloaded(Exception):
+    """The model's queue is at its bound; the message says so for the client."""
+
+    def __init__(self, model: str, waiting: int, status: int) -> None:
+        super().__init__(f"{model} is overloaded: {waiting} requests are already waiting. Retry shortly.")
+        self.status = status
+
+
+class RateLimited(Exception):
+    def __init__(self, refusal: Refusal, requested: int) -> None:
+        self.refusal = refusal
+        if refusal.retry_after_s == float("inf"):
+            message = (f"Request too large: {requested} tokens (prompt + max_tokens) exceed the limit of "
+                       f"{refusal.allowed} tokens per minute. Lower max_tokens or shorten the prompt.")
+        else:
+            unit = "requests" if refusal.limit == "requests" else "tokens"
+            message = (f"Rate limit reached: {refusal.allowed} {unit} per minute for this API key. "
+                       f"Retry after {refusal.retry_after} s.")
+        super().__init__(message)
+
+
+@dataclass
+class Admission:
+    """A request admitted to a replica: the replica, and the queue of its tokens' release times."""
+
+    sequence: Sequence
+    replica: Replica
+    tokens: asyncio.Queue[float]
 
 
 class Region:
-    def __init__(self, engine: Engine, idle_unload_s: float | None = None, load_s: float = 0.0) -> None:
-        self.engine = engine
-        self.idle_unload_s = idle_unload_s
-        self.load_s = load_s
-        self.loaded = True
-        self.loads = 0
-        self._listeners: dict[Sequence, asyncio.Queue[float]] = {}
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+    def __init__(self, settings: SimSettings) -> None:
+        self.settings = settings
+        self.replicas: dict[str, list[Replica]] = {
+            name: [Replica(Engine(deployment, token_budget=settings.token_budget, max_batch=settings.max_batch),
+                           idle_unload_s=settings.idle_unload, load_s=settings.load_s(deployment))
+                   for _ in range(settings.replicas)]
+            for name, deployment in settings.deployments.items()
+        }
+        self.limits = KeyLimits(settings.rpm, settings.tpm)
+        self.one_way_s = settings.one_way_s
+
+    @property
+    def models(self) -> list[str]:
+        return list(self.replicas)
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="sim-engine")
+        for replicas in self.replicas.values():
+            for replica in replicas:
+                replica.start()
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        for replicas in self.replicas.values():
+            for replica in replicas:
+                await replica.close()
 
-    def submit(self, sequence: Sequence) -> asyncio.Queue[float]:
-        """Queue a request; its queue receives the loop time of each of its tokens as it is released."""
-        self.engine.submit(sequence)
-        queue: asyncio.Queue[float] = asyncio.Queue()
-        self._listeners[sequence] = queue
-        self._wake.set()
-        return queue
-
-    def cancel(self, sequence: Sequence) -> None:
-        self.engine.cancel(sequence)
-        self._listeners.pop(sequence, None)
-
-    async def _load(self, start: float) -> float:
-        """Load the model back; requests arriving meanwhile wait too. Returns when it is ready."""
-        ready = start + self.load_s
-        await asyncio.sleep(max(0.0, ready - asyncio.get_running_loop().time()))
-        for sequence in self.engine.waiting:
-            sequence.cold_s = ready - max(sequence.arrived_at, start)
-        self.loaded = True
-        self.loads += 1
-        return ready
-
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        while True:
-            if not self.engine.busy:
-                self._wake.clear()
-                try:
-                    async with asyncio.timeout(self.idle_unload_s if self.loaded else None):
-                        await self._wake.wait()
-                except TimeoutError:
-                    self.loaded = False
-                    log.info("idle for %.1f s: model unloaded", self.idle_unload_s)
-                    continue
-                now = loop.time()
-            if not self.loaded:
-                now = await self._load(now)
-            step = self.engine.step(now)
-            if step is None:  # nothing admissible: cannot happen while submit() refuses what never fits
-                await asyncio.sleep(0.001)
-                now = loop.time()
-                continue
-            now += step.duration
-            delay = now - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            for sequence in step.tokens:
-                queue = self._listeners.get(sequence)
-                if queue is not None:
-                    queue.put_nowait(now)
-            for sequence in step.finished:
-                self._listeners.pop(sequence, None)
+    def admit(self, model: str, sequence: Sequence, api_key: str, now: float) -> Admission:
+        """Place a sequence on a replica, or raise Overloaded / RateLimited / ValueError (never fits)."""
+        replicas = self.replicas[model]
+        replicas[0].engine.check_fits(sequence)  # before any charge: replicas share one shape
+        bound = self.settings.max_queue
+        if bound is not None:
+            waiting = sum(len(r.engine.waiting) for r in replicas)
+            if waiting >= bound:
+                raise Overloaded(model, waiting, self.settings.overload_status)
+        requested = sequence.kv_reserved
+        refusal = self.limits.take(api_key, requested, now)
+        if refusal is not None:
+            raise RateLimited(refusal, requested)
+        replica = min(replicas, key=lambda r: (not r.loaded, len(r.engine.waiting) + len(r.engine.running)))
+        return Admission(sequence, replica, replica.submit(sequence))

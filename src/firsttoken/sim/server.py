@@ -1,14 +1,15 @@
-"""The simulated region's HTTP face: OpenAI chat completions (streaming and not) and /v1/models.
+"""The simulated region's HTTP face: OpenAI chat completions and Anthropic messages (streaming and
+not), and /v1/models, on aiohttp.web (a test and demo upstream, not the gateway's hot path).
 
-A test and demo upstream, not the gateway's hot path, so it is written on aiohttp.web for clarity.
 Ground truth travels with every answer: `Server-Timing: queue, cold, prefill` (sent when the first
-token is ready) and, on streams, `: sim-timing decode;dur=…` before `[DONE]`.
+token is ready) and, on streams, `: sim-timing decode;dur=…` before the end. With a distance
+configured, the request waits one propagation delay before it reaches the engine and every byte of
+the answer leaves one delay after the engine produced it, on absolute deadlines.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import orjson
@@ -16,28 +17,46 @@ from aiohttp import web
 
 from firsttoken.sim import text
 from firsttoken.sim.engine import Sequence
-from firsttoken.sim.region import Region
+from firsttoken.sim.region import Overloaded, RateLimited, Region
+from firsttoken.sim.wire import Ask, BadRequest, WireFormat
+from firsttoken.sim.wire_anthropic import AnthropicMessages
+from firsttoken.sim.wire_openai import OpenAIChat
 
-DEFAULT_MAX_TOKENS = 128
-
-
-def _error(status: int, message: str, param: str | None = None, code: str | None = None) -> web.Response:
-    body = {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": code}}
-    return web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
+ANONYMOUS = "anonymous"
 
 
-def _chunk(base: dict[str, Any], delta: dict[str, Any], finish: str | None = None) -> bytes:
-    payload = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
-    return b"data: " + orjson.dumps(payload) + b"\n\n"
+async def _until(when: float) -> None:
+    """Sleep to an absolute loop time (no-op when it has passed), so delays never accumulate."""
+    delay = when - asyncio.get_running_loop().time()
+    if delay > 0:
+        await asyncio.sleep(delay)
+
+
+def _api_key(request: web.Request) -> str:
+    """The caller's key, which rate limits are counted against (the region checks no keys)."""
+    bearer = request.headers.get("Authorization", "")
+    if bearer[:7].lower() == "bearer " and bearer[7:].strip():
+        return bearer[7:].strip()
+    return request.headers.get("x-api-key") or ANONYMOUS
+
+
+def _server_timing(sequence: Sequence, first: float, one_way_s: float) -> str:
+    admitted = sequence.admitted_at if sequence.admitted_at is not None else sequence.arrived_at
+    queue_ms = max((admitted - sequence.arrived_at - sequence.cold_s) * 1000, 0.0)
+    timing = (f"queue;dur={queue_ms:.2f}, cold;dur={sequence.cold_s * 1000:.2f}, "
+              f"prefill;dur={(first - admitted) * 1000:.2f}")
+    return timing + (f", distance;dur={one_way_s * 2000:.2f}" if one_way_s else "")
 
 
 class SimServer:
-    def __init__(self, region: Region, model: str) -> None:
+    def __init__(self, region: Region) -> None:
         self.region = region
-        self.model = model
         self.app = web.Application()
-        self.app.router.add_post("/v1/chat/completions", self.chat)
-        self.app.router.add_get("/v1/models", self.models)
+        openai_chat, anthropic = OpenAIChat(), AnthropicMessages()
+        for prefix in ("/v1", ""):
+            self.app.router.add_post(f"{prefix}/chat/completions", lambda r, w=openai_chat: self._generate(r, w))
+            self.app.router.add_post(f"{prefix}/messages", lambda r, w=anthropic: self._generate(r, w))
+            self.app.router.add_get(f"{prefix}/models", self.models)
         self.app.on_startup.append(self._start)
         self.app.on_cleanup.append(self._stop)
 
@@ -48,75 +67,76 @@ class SimServer:
         await self.region.close()
 
     async def models(self, request: web.Request) -> web.Response:
-        model = {"id": self.model, "object": "model", "created": 0, "owned_by": "firsttoken-sim"}
-        return web.json_response({"object": "list", "data": [model]})
+        description = f"simulated: {self.region.settings.describe()}"
+        data = [{"id": name, "object": "model", "created": 0, "owned_by": "firsttoken-sim",
+                 "description": description} for name in self.region.models]
+        return web.json_response({"object": "list", "data": data})
 
-    async def chat(self, request: web.Request) -> web.StreamResponse:
+    def _error(self, wire: WireFormat, status: int, message: str, param: str | None = None,
+               code: str | None = None, headers: dict[str, str] | None = None) -> web.Response:
+        return web.Response(status=status, body=wire.error_body(status, message, param, code),
+                            content_type="application/json", headers=headers)
+
+    async def _generate(self, request: web.Request, wire: WireFormat) -> web.StreamResponse:
+        loop = asyncio.get_running_loop()
+        one_way = self.region.one_way_s
         try:
             body = orjson.loads(await request.read())
+            ask = wire.parse(body, self.region.models)
         except orjson.JSONDecodeError:
-            return _error(400, "The request body is not valid JSON.", code="invalid_json")
-        if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"]:
-            return _error(400, "'messages' must be a non-empty list.", param="messages")
-        if body.get("model") != self.model:
-            return _error(404, f"This region serves {self.model!r} only.", param="model", code="model_not_found")
-        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_MAX_TOKENS
-        if not isinstance(max_tokens, int) or max_tokens < 1:
-            return _error(400, "'max_tokens' must be a positive integer.", param="max_tokens")
-        stop = body.get("stop") or []
-        stop = [stop] if isinstance(stop, str) else [s for s in stop if isinstance(s, str) and s]
-        pieces, finish = text.answer(max_tokens, stop)
-        prompt = text.prompt_tokens(body["messages"])
-        loop = asyncio.get_running_loop()
-        sequence = Sequence(prompt, max(len(pieces), 1), loop.time())
+            return self._error(wire, 400, "The request body is not valid JSON.", code="invalid_json")
+        except BadRequest as exc:
+            return self._error(wire, exc.status, str(exc), exc.param, exc.code)
+        answer = text.answer(ask.max_tokens, ask.stop)
+        await _until(loop.time() + one_way)  # the request crossing to the region
+        arrived = loop.time()
+        sequence = Sequence(ask.prompt_tokens, max(len(answer.pieces), 1), arrived)
+        key = _api_key(request)
         try:
-            tokens = self.region.submit(sequence)
-        except ValueError as exc:
-            return _error(400, str(exc), param="messages", code="context_length_exceeded")
+            admission = self.region.admit(ask.model, sequence, key, arrived)
+        except (ValueError, Overloaded, RateLimited) as exc:
+            await _until(arrived + one_way)  # and the refusal crossing back
+            return self._refusal(wire, exc)
+        renderer = wire.renderer(ask, answer)
+        headers = self.region.limits.headers(key, arrived) if isinstance(wire, OpenAIChat) else {}
         try:
-            first = await tokens.get()
-            timing = self._server_timing(sequence, first)
-            usage = {"prompt_tokens": prompt, "completion_tokens": len(pieces),
-                     "total_tokens": prompt + len(pieces)}
-            base = {"id": f"chatcmpl-sim{id(sequence):x}", "object": "chat.completion.chunk",
-                    "created": int(time.time()), "model": self.model}
-            if not body.get("stream"):
-                for _ in range(len(pieces) - 1):
-                    await tokens.get()
-                message = {"role": "assistant", "content": "".join(pieces)}
-                answer = {**base, "object": "chat.completion",
-                          "choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": usage}
-                return web.Response(body=orjson.dumps(answer), content_type="application/json",
-                                    headers={"Server-Timing": timing})
-            return await self._stream(request, tokens, pieces, finish, base, usage, timing, first, body)
+            first = await admission.tokens.get()
+            headers["Server-Timing"] = _server_timing(sequence, first, one_way)
+            if not ask.stream:
+                last = first
+                for _ in range(len(answer.pieces) - 1):
+                    last = await admission.tokens.get()
+                await _until(last + one_way)
+                return web.Response(body=renderer.whole(), content_type="application/json", headers=headers)
+            return await self._stream(request, admission.tokens, renderer, ask, len(answer.pieces), first,
+                                      headers, one_way)
         finally:
-            self.region.cancel(sequence)  # a no-op once finished; frees the KV of an abandoned request
+            admission.replica.cancel(sequence)  # a no-op once finished; frees the KV of an abandoned request
 
-    async def _stream(self, request: web.Request, tokens: asyncio.Queue[float], pieces: list[str], finish: str,
-                      base: dict[str, Any], usage: dict[str, int], timing: str, first: float,
-                      body: dict[str, Any]) -> web.StreamResponse:
+    def _refusal(self, wire: WireFormat, exc: Exception) -> web.Response:
+        if isinstance(exc, RateLimited):
+            refusal = exc.refusal
+            headers = {} if refusal.retry_after_s == float("inf") else {"Retry-After": refusal.retry_after}
+            code = "rate_limit_exceeded" if refusal.limit == "requests" else "tokens"
+            return self._error(wire, 429, str(exc), code=code, headers=headers)
+        if isinstance(exc, Overloaded):
+            status = getattr(wire, "overload_status", exc.status) if exc.status == 503 else exc.status
+            return self._error(wire, status, str(exc), code="overloaded", headers={"Retry-After": "1"})
+        return self._error(wire, 400, str(exc), "messages", "context_length_exceeded")
+
+    async def _stream(self, request: web.Request, tokens: asyncio.Queue[float], renderer: Any, ask: Ask,
+                      count: int, first: float, headers: dict[str, str], one_way: float) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-                                               "Server-Timing": timing})
+                                               **headers})
+        await _until(first + one_way)
         await response.prepare(request)
-        await response.write(_chunk(base, {"role": "assistant", "content": ""}) + _chunk(base, {"content": pieces[0]}
-                                                                                            if pieces else {}))
+        await response.write(renderer.opening())
         last = first
-        for piece in pieces[1:]:
+        for index in range(1, count):
             last = await tokens.get()
-            await response.write(_chunk(base, {"content": piece}))
-        tail = _chunk(base, {}, finish)
-        options = body.get("stream_options")
-        if isinstance(options, dict) and options.get("include_usage"):
-            tail += b"data: " + orjson.dumps({**base, "choices": [], "usage": usage}) + b"\n\n"
-        tail += f": sim-timing decode;dur={(last - first) * 1000:.2f}\n\n".encode() + b"data: [DONE]\n\n"
-        await response.write(tail)
+            if one_way:
+                await _until(last + one_way)
+            await response.write(renderer.piece(index))
+        await response.write(renderer.closing((last - first) * 1000))
         await response.write_eof()
         return response
-
-    @staticmethod
-    def _server_timing(sequence: Sequence, first: float) -> str:
-        admitted = sequence.admitted_at if sequence.admitted_at is not None else sequence.arrived_at
-        queue_ms = (admitted - sequence.arrived_at - sequence.cold_s) * 1000
-        prefill_ms = (first - admitted) * 1000
-        cold_ms = sequence.cold_s * 1000
-        return f"queue;dur={max(queue_ms, 0.0):.2f}, cold;dur={cold_ms:.2f}, prefill;dur={prefill_ms:.2f}"

