@@ -9,25 +9,26 @@ import pytest
 
 from firsttoken.sim import text
 from firsttoken.sim.catalogue import Catalogue
-from firsttoken.sim.engine import Engine
-from firsttoken.sim.region import Region
 from firsttoken.sim.roofline import Deployment
-from firsttoken.sim.server import SimServer
-from support.loopback import serve_on_loopback
-from support.threaded import InThread
+
+from .conftest import region_on_loopback
 
 CATALOGUE = Catalogue.builtin()
 DEPLOYMENT = Deployment(CATALOGUE.gpu("h100"), CATALOGUE.model("llama-3.1-8b"), "bf16", 1)
 
 
-def serve_sim():
-    return serve_on_loopback(SimServer(Region(Engine(DEPLOYMENT)), "llama-3.1-8b").app)
+def openai_client(port: int, key: str = "unused") -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=key, max_retries=0)
+
+
+def server_timing(header: str) -> dict[str, float]:
+    return {k.strip(): float(v) for k, v in (part.split(";dur=") for part in header.split(","))}
 
 
 @pytest.fixture(scope="module")
 def client():
-    with InThread(serve_sim) as port:
-        yield openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+    with region_on_loopback() as (port, _region):
+        yield openai_client(port)
 
 
 MESSAGES = [{"role": "user", "content": "How long does a token take from Virginia to Lagos?"}]
@@ -36,7 +37,7 @@ MESSAGES = [{"role": "user", "content": "How long does a token take from Virgini
 def test_non_streaming_answer_usage_and_ground_truth(client) -> None:
     raw = client.chat.completions.with_raw_response.create(model="llama-3.1-8b", messages=MESSAGES, max_tokens=12)
     completion = raw.parse()
-    pieces, _ = text.answer(12, [])
+    pieces = text.answer(12, []).pieces
     assert completion.choices[0].message.content == "".join(pieces)
     assert completion.choices[0].finish_reason == "length"
     assert completion.usage.completion_tokens == 12
@@ -60,7 +61,7 @@ def test_stream_follows_the_engine_schedule(client) -> None:
             content += chunk.choices[0].delta.content
         if chunk.usage:
             usage = chunk.usage
-    assert content == "".join(text.answer(40, [])[0]) and usage.completion_tokens == 40
+    assert content == "".join(text.answer(40, []).pieces) and usage.completion_tokens == 40
     decode = DEPLOYMENT.decode_step_s(text.prompt_tokens(MESSAGES) + 20, 1)
     # 39 decode steps after the first token; the schedule is absolute, so the total cannot drift
     assert arrivals[-1] - arrivals[0] == pytest.approx(39 * decode, rel=0.25)
@@ -76,27 +77,24 @@ def test_stop_sequences_and_unknown_models(client) -> None:
     assert [m.id for m in client.models.list()] == ["llama-3.1-8b"]
 
 
-def serve_scale_to_zero():
-    region = Region(Engine(DEPLOYMENT), idle_unload_s=0.2, load_s=0.3)
-    return serve_on_loopback(SimServer(region, "llama-3.1-8b").app)
-
-
 def test_a_quiet_spell_costs_a_cold_start() -> None:
-    with InThread(serve_scale_to_zero) as port:
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+    # llama-3.2-1b's 2.47 GB at 24.7 GB/s is 0.1 s, plus a 0.2 s engine start
+    with region_on_loopback(models=["llama-3.2-1b"], idle_unload=0.2, load_gb_s=24.7, engine_start_s=0.2) as (
+            port, region):
+        client = openai_client(port)
+        load_ms = region.settings.load_s(region.settings.deployments["llama-3.2-1b"]) * 1000
+        assert load_ms == pytest.approx(300, abs=1)
 
         def ask() -> tuple[dict[str, float], float]:
             started = time.perf_counter()
-            raw = client.chat.completions.with_raw_response.create(model="llama-3.1-8b", messages=MESSAGES,
+            raw = client.chat.completions.with_raw_response.create(model="llama-3.2-1b", messages=MESSAGES,
                                                                     max_tokens=2)
-            parts = raw.headers["server-timing"].split(",")
-            timing = {k.strip(): float(v) for k, v in (p.split(";dur=") for p in parts)}
-            return timing, time.perf_counter() - started
+            return server_timing(raw.headers["server-timing"]), time.perf_counter() - started
 
         warm, _ = ask()
         assert warm["cold"] == 0
-        time.sleep(0.5)  # past idle_unload_s: the model leaves GPU memory
+        time.sleep(0.5)  # past idle_unload: the model leaves GPU memory
         cold, elapsed = ask()
-        assert cold["cold"] == pytest.approx(300, abs=20) and elapsed >= 0.3
+        assert cold["cold"] == pytest.approx(load_ms, abs=20) and elapsed >= 0.3
         again, _ = ask()  # loaded again
         assert again["cold"] == 0

@@ -52,10 +52,10 @@ class SimServer:
     def __init__(self, region: Region) -> None:
         self.region = region
         self.app = web.Application()
-        openai_chat, anthropic = OpenAIChat(), AnthropicMessages()
+        self.openai, self.anthropic = OpenAIChat(), AnthropicMessages()
         for prefix in ("/v1", ""):
-            self.app.router.add_post(f"{prefix}/chat/completions", lambda r, w=openai_chat: self._generate(r, w))
-            self.app.router.add_post(f"{prefix}/messages", lambda r, w=anthropic: self._generate(r, w))
+            self.app.router.add_post(f"{prefix}/chat/completions", self.chat_completions)
+            self.app.router.add_post(f"{prefix}/messages", self.messages)
             self.app.router.add_get(f"{prefix}/models", self.models)
         self.app.on_startup.append(self._start)
         self.app.on_cleanup.append(self._stop)
@@ -65,6 +65,12 @@ class SimServer:
 
     async def _stop(self, _app: web.Application) -> None:
         await self.region.close()
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, self.openai)
+
+    async def messages(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, self.anthropic)
 
     async def models(self, request: web.Request) -> web.Response:
         description = f"simulated: {self.region.settings.describe()}"
