@@ -93,11 +93,6 @@ def run_serve(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> 
                           capture_output=True, timeout=30, env={"PATH": "/usr/bin:/bin", **(env or {})})
 
 
-def test_serve_with_nothing_configured_says_how(tmp_path: Path) -> None:
-    result = run_serve(tmp_path)
-    assert result.returncode == 2 and "OPENAI_API_KEY" in result.stderr and "upstreams:" in result.stderr
-
-
 def test_serve_refuses_config_errors(tmp_path: Path) -> None:
     write(tmp_path, "upstreams: {a: {url: 'http://x', apii: openai}}")
     result = run_serve(tmp_path, "--config", "firsttoken.yaml")

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from firsttoken import __version__
 from firsttoken import config as config_module
-from firsttoken.config import NOTHING_CONFIGURED, ConfigError, Settings
+from firsttoken.config import NOTHING_CONFIGURED, SIM_UPSTREAM, ConfigError, Settings
 
 err = Console(stderr=True, highlight=False)
 
@@ -42,9 +42,6 @@ def serve(config_path: str | None, host: str | None, port: int | None, workers: 
         settings = config_module.load(config_path, overrides=overrides)
     except ConfigError as exc:
         err.print(f"[bold red]firsttoken: configuration error[/]\n{exc}", markup=True, soft_wrap=True)
-        sys.exit(2)
-    if not settings.upstreams:
-        click.echo(NOTHING_CONFIGURED, err=True)  # already wrapped for a terminal
         sys.exit(2)
     if not settings.loopback_only and not settings.keys and not settings.listen.allow_unauthenticated:
         err.print(f"firsttoken: refusing to listen on {settings.listen.host} without client keys: anyone who "
@@ -124,6 +121,15 @@ def _banner(settings: Settings, workers: int) -> None:
     for name, upstream in settings.upstreams.items():
         region = f", GPUs in {upstream.region}" if upstream.region else ""
         err.print(f"  upstream [cyan]{name}[/]: {upstream.api} at {upstream.public_url}{region}")
+    simulated = settings.simulated
+    if simulated is not None:
+        err.print(f"  upstream [cyan]{SIM_UPSTREAM}[/]: a simulated region in this process: {simulated.describe()}")
+        if not settings.upstreams:
+            click.echo(NOTHING_CONFIGURED, err=True)  # already wrapped for a terminal
+            model = simulated.models[0]
+            err.print(f"  try: curl -N http://{listen.host}:{listen.port}/v1/chat/completions -H 'content-type: "
+                      f"application/json' -d '{{\"model\": \"{model}\", \"stream\": true, \"messages\": "
+                      f"[{{\"role\": \"user\", \"content\": \"hello\"}}]}}'", markup=False, soft_wrap=True)
     for alias, targets in settings.models.items():
         err.print(f"  model [cyan]{alias}[/] → {', '.join(targets)}")
     if settings.keys:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,6 +26,9 @@ from pydantic import (
 )
 
 from firsttoken.sim.settings import SimSettings
+
+
+SIM_UPSTREAM = "sim"  # the upstream name of the in-process simulated region
 
 
 class ConfigError(Exception):
@@ -140,12 +144,15 @@ class Settings(_Strict):
                 upstream, _, model = target.partition("/")
                 if not model:
                     raise ValueError(f"models.{alias}: target {target!r} must be 'upstream/model'")
-                if upstream not in self.upstreams:
+                if upstream not in self.upstreams and not (upstream == SIM_UPSTREAM and self.sim is not None):
                     known = ", ".join(sorted(self.upstreams)) or "none"
                     raise ValueError(
                         f"models.{alias}: target {target!r} names upstream {upstream!r}, "
                         f"which is not under upstreams (known: {known})"
                     )
+        if self.sim is not None and SIM_UPSTREAM in self.upstreams:
+            raise ValueError(f"upstreams.{SIM_UPSTREAM}: that name belongs to the region of the `sim:` section; "
+                             "rename this upstream")
         names = [k.name for k in self.keys]
         if len(names) != len(set(names)):
             raise ValueError("keys: each client key needs its own name")
@@ -154,6 +161,22 @@ class Settings(_Strict):
     @property
     def source(self) -> str:
         return self._source
+
+    @cached_property
+    def simulated(self) -> SimSettings | None:
+        """The in-process simulated region to run: the `sim:` section, or, when no upstream is configured at
+        all, the offline default (Llama-3.1-8B on an H100 in Virginia, seen from `location` or Lagos)."""
+        if self.sim is not None:
+            return self.sim
+        if self.upstreams:
+            return None
+        return sim_settings({"region": OFFLINE_REGION, "client_location": self.location or OFFLINE_LOCATION})
+
+    def with_upstream(self, name: str, upstream: dict[str, Any]) -> Settings:
+        """These settings plus one upstream (the in-process region, once its port is known)."""
+        copy = self.model_copy(update={"upstreams": {**self.upstreams, name: Upstream.model_validate(upstream)}})
+        copy._source = self._source
+        return copy
 
     @property
     def loopback_only(self) -> bool:
@@ -218,13 +241,16 @@ def from_environment(environ: dict[str, str]) -> dict[str, Any]:
     return {"upstreams": upstreams}
 
 
+OFFLINE_REGION = "aws:us-east-1"
+OFFLINE_LOCATION = "lagos"
+
 NOTHING_CONFIGURED = """\
-No upstream is configured. Set a provider key in the environment (OPENAI_API_KEY,
+No upstream is configured, so the gateway serves a simulated region in this process.
+For real providers, set a provider key in the environment (OPENAI_API_KEY,
 ANTHROPIC_API_KEY, GROQ_API_KEY, OPENROUTER_API_KEY, TOGETHER_API_KEY,
-MISTRAL_API_KEY, DEEPSEEK_API_KEY or GEMINI_API_KEY) and run `firsttoken serve`
-again, or write a firsttoken.yaml with an `upstreams:` entry such as
-`local: {url: http://127.0.0.1:8000/v1, api: openai}` for any OpenAI-compatible
-server (vLLM, Ollama, llama.cpp) and pass it with --config."""
+MISTRAL_API_KEY, DEEPSEEK_API_KEY or GEMINI_API_KEY), or write a firsttoken.yaml
+with an `upstreams:` entry such as `local: {url: http://127.0.0.1:8000/v1}` for
+any OpenAI-compatible server (vLLM, Ollama, llama.cpp) and pass it with --config."""
 
 
 # --- loading ------------------------------------------------------------------------------------

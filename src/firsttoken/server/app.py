@@ -11,7 +11,7 @@ from typing import Any
 
 from firsttoken import config as config_module
 from firsttoken.alarms import Alarms
-from firsttoken.config import Settings
+from firsttoken.config import SIM_UPSTREAM, Settings
 from firsttoken.errors import GatewayError
 from firsttoken.journey.timeline import Timeline
 from firsttoken.routing.targets import Target, TargetResolver
@@ -30,6 +30,7 @@ from firsttoken.server.http import (
     send_error,
     send_json,
 )
+from firsttoken.sim.embedded import EmbeddedRegion
 from firsttoken.upstream.registry import UpstreamLink, Upstreams
 
 log = logging.getLogger("firsttoken.server")
@@ -39,6 +40,11 @@ Handler = Callable[[Scope, Receive, Send, Headers, Timeline], Awaitable[None]]
 
 class Gateway:
     def __init__(self, settings: Settings) -> None:
+        self.embedded: EmbeddedRegion | None = None
+        if settings.simulated is not None:
+            self.embedded = EmbeddedRegion(settings.simulated)
+            settings = settings.with_upstream(SIM_UPSTREAM, {"url": self.embedded.url, "api": "openai",
+                                                             "region": settings.simulated.region})
         self.settings = settings
         self.upstreams = Upstreams(settings.upstreams)
         self.alarms = Alarms()
@@ -75,6 +81,8 @@ class Gateway:
             if message["type"] == "lifespan.startup":
                 try:
                     self.alarms.start()
+                    if self.embedded is not None:
+                        await self.embedded.start()
                     await self.upstreams.start()
                 except Exception as exc:  # reported to the server, which refuses to start
                     await send({"type": "lifespan.startup.failed", "message": str(exc)})
@@ -82,6 +90,8 @@ class Gateway:
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self.upstreams.close()
+                if self.embedded is not None:
+                    await self.embedded.close()
                 await self.alarms.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
@@ -154,6 +164,10 @@ class Gateway:
         for name in self.upstreams.links:
             data += [{"id": f"{name}/{model}", "object": "model", "created": 0, "owned_by": name}
                      for model in self.resolver.models_of(name)]
+        if self.embedded is not None:  # say plainly which answers come from a simulation
+            for entry in data:
+                if entry["id"].startswith(f"{SIM_UPSTREAM}/"):
+                    entry["description"] = self.embedded.description
         await send_json(send, 200, {"object": "list", "data": data}, response_headers(base, timeline))
 
     async def healthz(self, scope: Scope, receive: Receive, send: Send, base: Headers, timeline: Timeline) -> None:

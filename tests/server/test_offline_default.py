@@ -1,0 +1,81 @@
+"""`firsttoken serve` with nothing configured: a working, streaming gateway on an in-process simulated
+region, which says plainly that it is one."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from firsttoken.sim import text
+from support.gateway_process import GatewayProcess, free_port
+
+
+def test_serve_alone_streams_from_a_simulated_region(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and k != "FIRSTTOKEN_CONFIG"}
+    port = free_port()
+    log = (tmp_path / "serve.log").open("w+")
+    process = subprocess.Popen([sys.executable, "-m", "firsttoken", "serve", "--port", str(port)], cwd=tmp_path,
+                               env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(url + "/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.05)
+        client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+        models = client.models.list().data
+        assert [m.id for m in models] == ["sim/llama-3.1-8b"]
+        assert "simulated region in this process" in models[0].description
+        assert "aws:us-east-1" in models[0].description and "Lagos" in models[0].description
+        started, first, content = time.perf_counter(), None, ""
+        for chunk in client.chat.completions.create(model="llama-3.1-8b", messages=[{"role": "user", "content": "hi"}],
+                                                    max_tokens=8, stream=True):
+            if chunk.choices and chunk.choices[0].delta.content:
+                first = first or time.perf_counter() - started
+                content += chunk.choices[0].delta.content
+        assert content == "".join(text.answer(8, []).pieces)
+        assert first > 0.12  # Lagos to Virginia and back, in fibre
+        log.seek(0)
+        banner = log.read()
+        assert "a simulated region in this process" in banner and "OPENAI_API_KEY" in banner
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def test_a_sim_section_runs_beside_real_upstreams(tmp_path: Path, upstream) -> None:
+    settings = {"location": "nairobi",
+                "upstreams": {"fake": {"url": upstream.url}},
+                "models": {"local": ["sim/qwen2.5-7b"]},
+                "sim": {"models": ["qwen2.5-7b"], "gpu": "l4", "region": "gcp:europe-west1",
+                        "client_location": "nairobi"}}
+    with GatewayProcess(settings, tmp_path) as gateway:
+        client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="none", max_retries=0)
+        raw = client.chat.completions.with_raw_response.create(model="local", messages=[{"role": "user",
+                                                                                       "content": "hi"}], max_tokens=3)
+        assert raw.headers["x-firsttoken-route"] == "sim/qwen2.5-7b"
+        assert raw.parse().choices[0].message.content == "".join(text.answer(3, []).pieces)
+        assert client.chat.completions.create(model="fake/echo", messages=[{"role": "user", "content": "x"}]).choices
+
+
+@pytest.mark.parametrize("sim, words", [
+    ({"gpu": "h1000"}, ["sim:", "h100"]),
+    ({"region": "aws:mars-1"}, ["unknown region"]),
+])
+def test_sim_section_errors_stop_the_start(tmp_path: Path, sim: dict, words: list[str]) -> None:
+    (tmp_path / "firsttoken.yaml").write_text(f"sim: {sim!r}\n".replace("'", '"'))
+    result = subprocess.run([sys.executable, "-m", "firsttoken", "serve", "--config", "firsttoken.yaml"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2
+    for word in words:
+        assert word in result.stderr
