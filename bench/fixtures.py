@@ -1,8 +1,11 @@
-"""What the benchmarks serve: a minimal fast upstream (nginx with static answers) and the bodies sent to it."""
+"""What the benchmarks share: a minimal fast upstream (nginx with static answers), the bodies sent to it,
+and ports and waiting for servers."""
 
 from __future__ import annotations
 
 import json
+import socket
+import time
 
 COMPLETION = json.dumps({
     "id": "chatcmpl-bench", "object": "chat.completion", "created": 1700000000, "model": "bench",
@@ -90,3 +93,22 @@ http {{
   }}
 }}
 """
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for(url: str, seconds: float = 60.0) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=1):
+                return
+        except Exception:
+            time.sleep(0.1)
+    raise RuntimeError(f"{url} did not come up")

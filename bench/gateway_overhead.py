@@ -14,7 +14,6 @@ import argparse
 import json
 import os
 import platform
-import socket
 import subprocess
 import sys
 import time
@@ -32,25 +31,6 @@ ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / "bench" / ".work"
 LITELLM_VENV = WORK / "litellm"
 CLIENT_KEY = wrk.CLIENT_KEY
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_for(url: str, seconds: float = 60.0) -> None:
-    import urllib.request
-
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=1):
-                return
-        except Exception:
-            time.sleep(0.1)
-    raise RuntimeError(f"{url} did not come up")
 
 
 @contextmanager
@@ -86,7 +66,7 @@ def ensure_litellm() -> Path:
 
 @contextmanager
 def firsttoken(upstream: int, workers: int) -> Iterator[str]:
-    port = free_port()
+    port = fixtures.free_port()
     config = WORK / f"firsttoken-{workers}.yaml"
     base = f"http://127.0.0.1:{upstream}"
     config.write_text(yaml.safe_dump({
@@ -98,13 +78,13 @@ def firsttoken(upstream: int, workers: int) -> Iterator[str]:
     argv = [str(ROOT / ".venv" / "bin" / "firsttoken"), "serve", "--config", str(config), "--port", str(port),
             "--workers", str(workers)]
     with process(argv, WORK / f"firsttoken-{workers}.log"):
-        wait_for(f"http://127.0.0.1:{port}/readyz")
+        fixtures.wait_for(f"http://127.0.0.1:{port}/readyz")
         yield f"http://127.0.0.1:{port}"
 
 
 @contextmanager
 def floor_proxy(upstream: int) -> Iterator[str]:
-    port = free_port()
+    port = fixtures.free_port()
     argv = [str(ROOT / ".venv" / "bin" / "python"), str(ROOT / "bench" / "floor_proxy.py"), str(port),
             f"http://127.0.0.1:{upstream}"]
     with process(argv, WORK / "floor.log"):
@@ -114,7 +94,7 @@ def floor_proxy(upstream: int) -> Iterator[str]:
 
 @contextmanager
 def litellm(upstream: int) -> Iterator[str]:
-    port = free_port()
+    port = fixtures.free_port()
     config = WORK / "litellm.yaml"
     base = f"http://127.0.0.1:{upstream}"
     config.write_text(yaml.safe_dump({
@@ -131,7 +111,7 @@ def litellm(upstream: int) -> Iterator[str]:
     argv = [str(ensure_litellm()), "--config", str(config), "--host", "127.0.0.1", "--port", str(port),
             "--num_workers", "1"]
     with process(argv, WORK / "litellm.log", env):
-        wait_for(f"http://127.0.0.1:{port}/health/liveliness", 180)
+        fixtures.wait_for(f"http://127.0.0.1:{port}/health/liveliness", 180)
         yield f"http://127.0.0.1:{port}"
 
 
@@ -144,7 +124,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the raw figures here")
     args = parser.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
-    upstream_port, proxy_port = free_port(), free_port()
+    upstream_port, proxy_port = fixtures.free_port(), fixtures.free_port()
 
     results: dict[str, dict[str, wrk.WrkResult]] = {}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import sys
@@ -110,8 +111,20 @@ def sim(config_path: str | None, host: str, port: int, models: tuple[str, ...], 
     limits = [f"{settings.rpm} requests" if settings.rpm else "", f"{settings.tpm} tokens" if settings.tpm else ""]
     if any(limits):
         err.print(f"  rate limits per API key: {' and '.join(x for x in limits if x)} per minute")
+    gc.freeze()  # what start-up built lives forever: keep it out of the collections that pause the schedule
     web.run_app(SimServer(region).app, host=host, port=port, print=None, access_log=None,
-                handler_cancellation=True)
+                handler_cancellation=True, loop=_fast_loop())
+
+
+def _fast_loop() -> Any:
+    """uvloop where it is installed (it is a dependency off Windows), else asyncio's own loop."""
+    try:
+        import uvloop
+    except ImportError:
+        import asyncio
+
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
 
 
 def _banner(settings: Settings, workers: int) -> None:

@@ -27,7 +27,6 @@ from pydantic import (
 
 from firsttoken.sim.settings import SimSettings
 
-
 SIM_UPSTREAM = "sim"  # the upstream name of the in-process simulated region
 
 

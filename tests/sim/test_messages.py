@@ -54,7 +54,8 @@ def test_stream_events_and_ground_truth(client) -> None:
 
 
 def test_errors_in_anthropic_format(client) -> None:
-    missing = httpx.post(f"{str(client.base_url).rstrip('/')}/v1/messages", json={"model": "llama-3.2-1b", "messages": MESSAGES})
+    url = f"{str(client.base_url).rstrip('/')}/v1/messages"
+    missing = httpx.post(url, json={"model": "llama-3.2-1b", "messages": MESSAGES})
     assert missing.status_code == 400
     assert missing.json() == {"type": "error", "error": {"type": "invalid_request_error",
                                                          "message": "max_tokens: Field required."}}

@@ -11,7 +11,7 @@ from firsttoken.sim.ratelimit import KeyLimits
 
 def test_requests_refill_continuously() -> None:
     limits = KeyLimits(rpm=60)
-    for i in range(60):
+    for _i in range(60):
         assert limits.take("k", 1, now=100.0) is None
     refusal = limits.take("k", 1, now=100.0)
     assert refusal.limit == "requests" and refusal.retry_after_s == pytest.approx(1.0) and refusal.retry_after == "1"

@@ -15,6 +15,7 @@ from firsttoken.sim.region import Region
 from firsttoken.sim.server import SimServer
 from firsttoken.sim.settings import SimSettings
 
+
 class EmbeddedRegion:
     def __init__(self, settings: SimSettings) -> None:
         self.settings = settings

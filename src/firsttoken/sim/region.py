@@ -8,8 +8,7 @@ requests for a model, new ones are refused as overloaded; past a key's RPM or TP
 
 from __future__ import annotations
 
-import asyncio
-from dataclasses import dataclass
+from collections.abc import Callable
 
 from firsttoken.sim.engine import Engine, Sequence
 from firsttoken.sim.ratelimit import KeyLimits, Refusal
@@ -38,13 +37,6 @@ class RateLimited(Exception):
         super().__init__(message)
 
 
-@dataclass
-class Admission:
-    """A request admitted to a replica: the replica, and the queue of its tokens' release times."""
-
-    sequence: Sequence
-    replica: Replica
-    tokens: asyncio.Queue[float]
 
 
 class Region:
@@ -73,8 +65,10 @@ class Region:
             for replica in replicas:
                 await replica.close()
 
-    def admit(self, model: str, sequence: Sequence, api_key: str, now: float) -> Admission:
-        """Place a sequence on a replica, or raise Overloaded / RateLimited / ValueError (never fits)."""
+    def admit(self, model: str, sequence: Sequence, api_key: str, now: float,
+              on_token: Callable[[float], None]) -> Replica:
+        """Place a sequence on a replica and return it, or raise Overloaded / RateLimited / ValueError (it
+        could never fit)."""
         replicas = self.replicas[model]
         replicas[0].engine.check_fits(sequence)  # before any charge: replicas share one shape
         bound = self.settings.max_queue
@@ -87,4 +81,5 @@ class Region:
         if refusal is not None:
             raise RateLimited(refusal, requested)
         replica = min(replicas, key=lambda r: (not r.loaded, len(r.engine.waiting) + len(r.engine.running)))
-        return Admission(sequence, replica, replica.submit(sequence))
+        replica.submit(sequence, on_token)
+        return replica

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from firsttoken.sim.engine import Engine, Sequence
+from firsttoken.sim.lateness import Lateness
 
 log = logging.getLogger("firsttoken.sim")
 
@@ -26,9 +28,10 @@ class Replica:
         self.load_s = load_s
         self.loaded = True
         self.loads = 0
-        self._listeners: dict[Sequence, asyncio.Queue[float]] = {}
+        self._listeners: dict[Sequence, Callable[[float], None]] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self.lateness = Lateness()  # of each step's release against its deadline
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="sim-engine")
@@ -38,13 +41,13 @@ class Replica:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
 
-    def submit(self, sequence: Sequence) -> asyncio.Queue[float]:
-        """Queue a request; its queue receives the loop time of each of its tokens as it is released."""
+    def submit(self, sequence: Sequence, on_token: Callable[[float], None]) -> None:
+        """Queue a request; `on_token` is called with the loop time of each of its tokens as it is released
+        (synchronously, from the engine's loop: a callback, not a queue, so that a thousand streams cost a
+        thousand calls per step rather than a thousand task wake-ups)."""
         self.engine.submit(sequence)
-        queue: asyncio.Queue[float] = asyncio.Queue()
-        self._listeners[sequence] = queue
+        self._listeners[sequence] = on_token
         self._wake.set()
-        return queue
 
     def cancel(self, sequence: Sequence) -> None:
         self.engine.cancel(sequence)
@@ -85,9 +88,11 @@ class Replica:
             delay = now - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
+            self.lateness.record(loop.time() - now)
+            listeners = self._listeners
             for sequence in step.tokens:
-                queue = self._listeners.get(sequence)
-                if queue is not None:
-                    queue.put_nowait(now)
+                on_token = listeners.get(sequence)
+                if on_token is not None:
+                    on_token(now)
             for sequence in step.finished:
                 self._listeners.pop(sequence, None)

@@ -10,15 +10,16 @@ the answer leaves one delay after the engine produced it, on absolute deadlines.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import orjson
 from aiohttp import web
 
 from firsttoken.sim import text
+from firsttoken.sim.delivery import Delivery
 from firsttoken.sim.engine import Sequence
+from firsttoken.sim.lateness import Lateness
 from firsttoken.sim.region import Overloaded, RateLimited, Region
-from firsttoken.sim.wire import Ask, BadRequest, WireFormat
+from firsttoken.sim.wire import BadRequest, Renderer, WireFormat
 from firsttoken.sim.wire_anthropic import AnthropicMessages
 from firsttoken.sim.wire_openai import OpenAIChat
 
@@ -51,12 +52,15 @@ def _server_timing(sequence: Sequence, first: float, one_way_s: float) -> str:
 class SimServer:
     def __init__(self, region: Region) -> None:
         self.region = region
+        self.lateness = Lateness()  # of every streamed event against its scheduled time
         self.app = web.Application()
         self.openai, self.anthropic = OpenAIChat(), AnthropicMessages()
         for prefix in ("/v1", ""):
             self.app.router.add_post(f"{prefix}/chat/completions", self.chat_completions)
             self.app.router.add_post(f"{prefix}/messages", self.messages)
             self.app.router.add_get(f"{prefix}/models", self.models)
+        self.app.router.add_get("/sim/stats", self.stats)
+        self.app.router.add_delete("/sim/stats", self.reset_stats)
         self.app.on_startup.append(self._start)
         self.app.on_cleanup.append(self._stop)
 
@@ -78,6 +82,21 @@ class SimServer:
                  "description": description} for name in self.region.models]
         return web.json_response({"object": "list", "data": data})
 
+    async def stats(self, request: web.Request) -> web.Response:
+        """The region's own account: events written and how late, and the engines' state."""
+        replicas = {name: [{"loaded": r.loaded, "loads": r.loads, "running": len(r.engine.running),
+                            "waiting": len(r.engine.waiting), "kv_used": r.engine.kv_used,
+                            "step_lateness": r.lateness.summary()} for r in replicas]
+                    for name, replicas in self.region.replicas.items()}
+        return web.json_response({"events": self.lateness.summary(), "replicas": replicas})
+
+    async def reset_stats(self, request: web.Request) -> web.Response:
+        self.lateness.reset()
+        for replicas in self.region.replicas.values():
+            for replica in replicas:
+                replica.lateness.reset()
+        return web.json_response({"reset": True})
+
     def _error(self, wire: WireFormat, status: int, message: str, param: str | None = None,
                code: str | None = None, headers: dict[str, str] | None = None) -> web.Response:
         return web.Response(status=status, body=wire.error_body(status, message, param, code),
@@ -98,26 +117,24 @@ class SimServer:
         arrived = loop.time()
         sequence = Sequence(ask.prompt_tokens, max(len(answer.pieces), 1), arrived)
         key = _api_key(request)
+        renderer = wire.renderer(ask, answer)
+        delivery = Delivery(len(answer.pieces), one_way, self.lateness, renderer if ask.stream else None)
         try:
-            admission = self.region.admit(ask.model, sequence, key, arrived)
+            replica = self.region.admit(ask.model, sequence, key, arrived, delivery)
         except (ValueError, Overloaded, RateLimited) as exc:
             await _until(arrived + one_way)  # and the refusal crossing back
             return self._refusal(wire, exc)
-        renderer = wire.renderer(ask, answer)
         headers = self.region.limits.headers(key, arrived) if isinstance(wire, OpenAIChat) else {}
         try:
-            first = await admission.tokens.get()
+            first = await delivery.first
             headers["Server-Timing"] = _server_timing(sequence, first, one_way)
             if not ask.stream:
-                last = first
-                for _ in range(len(answer.pieces) - 1):
-                    last = await admission.tokens.get()
+                last = await delivery.done
                 await _until(last + one_way)
                 return web.Response(body=renderer.whole(), content_type="application/json", headers=headers)
-            return await self._stream(request, admission.tokens, renderer, ask, len(answer.pieces), first,
-                                      headers, one_way)
+            return await self._stream(request, delivery, renderer, first, headers, one_way)
         finally:
-            admission.replica.cancel(sequence)  # a no-op once finished; frees the KV of an abandoned request
+            replica.cancel(sequence)  # a no-op once finished; frees the KV of an abandoned request
 
     def _refusal(self, wire: WireFormat, exc: Exception) -> web.Response:
         if isinstance(exc, RateLimited):
@@ -130,19 +147,19 @@ class SimServer:
             return self._error(wire, status, str(exc), code="overloaded", headers={"Retry-After": "1"})
         return self._error(wire, 400, str(exc), "messages", "context_length_exceeded")
 
-    async def _stream(self, request: web.Request, tokens: asyncio.Queue[float], renderer: Any, ask: Ask,
-                      count: int, first: float, headers: dict[str, str], one_way: float) -> web.StreamResponse:
+    async def _stream(self, request: web.Request, delivery: Delivery, renderer: Renderer, first: float,
+                      headers: dict[str, str], one_way: float) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                                                **headers})
+        response.enable_chunked_encoding()
         await _until(first + one_way)
         await response.prepare(request)
         await response.write(renderer.opening())
-        last = first
-        for index in range(1, count):
-            last = await tokens.get()
-            if one_way:
-                await _until(last + one_way)
-            await response.write(renderer.piece(index))
+        self.lateness.record(asyncio.get_running_loop().time() - first - one_way)
+        if request.transport is None:  # gone already
+            return response
+        delivery.attach(request.transport)  # the rest are written as the engine releases them
+        last = await delivery.done
         await response.write(renderer.closing((last - first) * 1000))
         await response.write_eof()
         return response
