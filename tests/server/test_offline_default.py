@@ -15,6 +15,7 @@ import pytest
 
 from firsttoken.sim import text
 from support.gateway_process import GatewayProcess, free_port
+from support.openai_upstream import UPSTREAM_KEY
 
 
 def test_serve_alone_streams_from_a_simulated_region(tmp_path: Path) -> None:
@@ -55,7 +56,7 @@ def test_serve_alone_streams_from_a_simulated_region(tmp_path: Path) -> None:
 
 def test_a_sim_section_runs_beside_real_upstreams(tmp_path: Path, upstream) -> None:
     settings = {"location": "nairobi",
-                "upstreams": {"fake": {"url": upstream.url}},
+                "upstreams": {"fake": {"url": upstream.url, "key": UPSTREAM_KEY}},
                 "models": {"local": ["sim/qwen2.5-7b"]},
                 "sim": {"models": ["qwen2.5-7b"], "gpu": "l4", "region": "gcp:europe-west1",
                         "client_location": "nairobi"}}
