@@ -62,3 +62,24 @@ def test_errors_in_anthropic_format(client) -> None:
     with pytest.raises(anthropic.NotFoundError) as unknown:
         client.messages.create(model="claude-9", max_tokens=5, messages=MESSAGES)
     assert "llama-3.2-1b" in unknown.value.body["error"]["message"]
+
+
+def test_the_gateway_speaks_anthropic_to_the_region(tmp_path) -> None:
+    """OpenAI in at the gateway, Anthropic's format to the region, OpenAI back: the real translation."""
+    import openai
+
+    from support.gateway_process import GatewayProcess
+
+    with region_on_loopback(models=["llama-3.2-1b"]) as (port, _region):
+        settings = {"upstreams": {"claude-like": {"url": f"http://127.0.0.1:{port}/v1", "api": "anthropic",
+                                                  "key": "sk-ant-test"}}}
+        with GatewayProcess(settings, tmp_path) as gateway:
+            client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="none", max_retries=0)
+            chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Where did it go?"}]
+            completion = client.chat.completions.create(model="claude-like/llama-3.2-1b", messages=chat,
+                                                        max_tokens=7, stop=["Lagos"])
+            assert completion.choices[0].message.content == "The request left "
+            assert completion.choices[0].finish_reason == "stop"
+            streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
+                model="claude-like/llama-3.2-1b", messages=chat, max_tokens=7, stream=True) if c.choices)
+            assert streamed == "".join(text.answer(7, []).pieces)
