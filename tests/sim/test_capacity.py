@@ -44,6 +44,7 @@ def test_tpm_counts_prompt_and_max_tokens() -> None:
         assert int(refused.value.response.headers["retry-after"]) == 11
         with pytest.raises(openai.RateLimitError) as too_large:
             client.chat.completions.create(model="llama-3.2-1b", messages=MESSAGES, max_tokens=1000)
+        assert too_large.value.body["type"] == "tokens"
         assert "Request too large" in too_large.value.message and "retry-after" not in too_large.value.response.headers
 
 

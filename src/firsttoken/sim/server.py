@@ -98,8 +98,9 @@ class SimServer:
         return web.json_response({"reset": True})
 
     def _error(self, wire: WireFormat, status: int, message: str, param: str | None = None,
-               code: str | None = None, headers: dict[str, str] | None = None) -> web.Response:
-        return web.Response(status=status, body=wire.error_body(status, message, param, code),
+               code: str | None = None, headers: dict[str, str] | None = None,
+               kind: str | None = None) -> web.Response:
+        return web.Response(status=status, body=wire.error_body(status, message, param, code, kind),
                             content_type="application/json", headers=headers)
 
     async def _generate(self, request: web.Request, wire: WireFormat) -> web.StreamResponse:
@@ -140,8 +141,7 @@ class SimServer:
         if isinstance(exc, RateLimited):
             refusal = exc.refusal
             headers = {} if refusal.retry_after_s == float("inf") else {"Retry-After": refusal.retry_after}
-            code = "rate_limit_exceeded" if refusal.limit == "requests" else "tokens"
-            return self._error(wire, 429, str(exc), code=code, headers=headers)
+            return self._error(wire, 429, str(exc), code="rate_limit_exceeded", headers=headers, kind=refusal.limit)
         if isinstance(exc, Overloaded):
             status = getattr(wire, "overload_status", exc.status) if exc.status == 503 else exc.status
             return self._error(wire, status, str(exc), code="overloaded", headers={"Retry-After": "1"})

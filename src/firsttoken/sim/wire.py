@@ -48,7 +48,9 @@ class WireFormat(Protocol):
 
     def renderer(self, ask: Ask, answer: Answer) -> Renderer: ...
 
-    def error_body(self, status: int, message: str, param: str | None, code: str | None) -> bytes: ...
+    def error_body(self, status: int, message: str, param: str | None, code: str | None,
+                   kind: str | None = None) -> bytes:
+        """An error in this format; `kind` refines OpenAI's type (a rate limit's "requests" or "tokens")."""
 
 
 def stop_list(value: Any, param: str) -> list[str]:

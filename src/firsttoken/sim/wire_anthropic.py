@@ -52,8 +52,9 @@ class AnthropicMessages:
     def renderer(self, ask: Ask, answer: Answer) -> AnthropicRenderer:
         return AnthropicRenderer(ask, answer)
 
-    def error_body(self, status: int, message: str, param: str | None, code: str | None) -> bytes:
-        kind = _ERROR_TYPE.get(status, "api_error")
+    def error_body(self, status: int, message: str, param: str | None, code: str | None,
+                   kind: str | None = None) -> bytes:
+        kind = _ERROR_TYPE.get(status, "api_error")  # Anthropic's types go by status alone
         return orjson.dumps({"type": "error", "error": {"type": kind, "message": message}})
 
 

@@ -37,9 +37,9 @@ class OpenAIChat:
     def renderer(self, ask: Ask, answer: Answer) -> OpenAIRenderer:
         return OpenAIRenderer(ask, answer)
 
-    def error_body(self, status: int, message: str, param: str | None, code: str | None) -> bytes:
-        kind = {429: "rate_limit_exceeded", 503: "server_error", 404: "invalid_request_error"}.get(
-            status, "invalid_request_error")
+    def error_body(self, status: int, message: str, param: str | None, code: str | None,
+                   kind: str | None = None) -> bytes:
+        kind = kind or {429: "requests", 503: "server_error"}.get(status, "invalid_request_error")
         return orjson.dumps({"error": {"message": message, "type": kind, "param": param, "code": code}})
 
 
