@@ -85,7 +85,7 @@ class Upstream(_Strict):
 
     _region = field_validator("region")(lambda cls, value: _known_place(value))
 
-    @cached_property
+    @property
     def place(self) -> Place | None:
         """Where its GPUs are, when `region` says."""
         return None if self.region is None else resolve(self.region)
@@ -146,7 +146,7 @@ class Settings(_Strict):
 
     _location = field_validator("location")(lambda cls, value: _known_place(value))
 
-    @cached_property
+    @property
     def place(self) -> Place | None:
         """Where this gateway runs, when `location` says."""
         return None if self.location is None else resolve(self.location)

@@ -32,7 +32,10 @@ Write = Callable[[bytes, bool], Awaitable[None]]  # (data, last): the last write
 
 _ERROR_EVENTS = (b'data: {"error"', b'data:{"error"')
 # Any of these in a read sends it through the per-event path: the end, a usage object, an error.
-_SPECIAL_MARKERS = (b"[DONE]", b'"usage":{', b'"usage": {', b'{"error"')
+# Reads holding one of these take the per-event path: the end, usage, errors, and the finish chunk (which
+# carries no token, so it must not count as one: the last token's time is the decode's end).
+_SPECIAL_MARKERS = (b"[DONE]", b'"usage":{', b'"usage": {', b'{"error"', b'"finish_reason":"', b'"finish_reason": "')
+_EMPTY_DELTAS = (b'"delta":{}', b'"delta": {}')
 _TOKEN_FIELDS = ("content", "reasoning_content", "reasoning", "tool_calls", "refusal", "function_call")
 
 
@@ -82,6 +85,7 @@ class Relay:
         splitter = EventSplitter()
         content = self.response.content
         loop = asyncio.get_running_loop()
+        timeline = self.timeline
         try:
             # One deadline, on reads only (writes wait on the client, under its own): for the first
             # token at first, then for each next chunk.
@@ -91,9 +95,13 @@ class Relay:
                     data = await content.readany()
                 if not data:
                     break
-                if await self._feed(splitter.feed(data)):
+                counted = timeline.token_events
+                done = await self._feed(splitter.feed(data))
+                if timeline.token_events != counted:
+                    timeline.tokens_at(perf_counter())
+                if done:
                     return self.result
-                if self.timeline.first_token:
+                if timeline.first_token:
                     if self.heartbeat.active:
                         await self.heartbeat.stop()
                     limit.reschedule(loop.time() + self.idle_s)
@@ -166,7 +174,7 @@ class Relay:
                     if not self.strip_usage:
                         self._out.append(event)
                     return False
-        if timeline.first_token:
+        if timeline.first_token and not any(empty in event for empty in _EMPTY_DELTAS):
             timeline.token_events += 1
         self._out.append(event)
         return False

@@ -8,7 +8,8 @@ import time
 import openai
 import pytest
 
-from .conftest import region_on_loopback
+from support.sim_region import region_on_loopback
+
 from .test_server import server_timing
 
 MESSAGES = [{"role": "user", "content": "hello"}]

@@ -9,8 +9,8 @@ import pytest
 
 from firsttoken.geo import physics
 from firsttoken.geo.places import resolve
+from support.sim_region import region_on_loopback
 
-from .conftest import region_on_loopback
 from .test_server import server_timing
 
 MESSAGES = [{"role": "user", "content": "hello from Lagos"}]

@@ -7,8 +7,7 @@ import httpx
 import pytest
 
 from firsttoken.sim import text
-
-from .conftest import region_on_loopback
+from support.sim_region import region_on_loopback
 
 MESSAGES = [{"role": "user", "content": [{"type": "text", "text": "Where did the time go?"}]}]
 

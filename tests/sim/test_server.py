@@ -10,8 +10,7 @@ import pytest
 from firsttoken.sim import text
 from firsttoken.sim.catalogue import Catalogue
 from firsttoken.sim.roofline import Deployment
-
-from .conftest import region_on_loopback
+from support.sim_region import region_on_loopback
 
 CATALOGUE = Catalogue.builtin()
 DEPLOYMENT = Deployment(CATALOGUE.gpu("h100"), CATALOGUE.model("llama-3.1-8b"), "bf16", 1)

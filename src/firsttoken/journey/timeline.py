@@ -1,30 +1,56 @@
-"""The timeline of one request: monotonic clock reads into a preallocated, slotted object.
+"""The timeline of one request: monotonic clock reads and a few facts, in a slotted object made once
+per request.
 
-Phase names follow the journey vocabulary (DESIGN.md): gateway, cache, connect, ttfb, ttft, e2e.
-Recording is a `perf_counter()` call into a slot; nothing is allocated per chunk.
+Phase names follow the journey vocabulary (DESIGN.md): gateway, cache, connect, ttfb, ttft, itl, e2e,
+rtt, floor, queue+prefill, decode. Recording is a `perf_counter()` into a slot; nothing is allocated
+per chunk (token events are counted, and only the largest gap between them is kept).
 """
 
 from __future__ import annotations
 
 from time import perf_counter
 
+from firsttoken.journey.tcp_info import Rtt
+
 
 class Timeline:
-    __slots__ = ("received", "cache_ms", "sent", "first_byte", "first_token", "last_byte",
-                 "connect_ms", "reused", "token_events", "route", "attempts")
+    __slots__ = ("request_id", "tenant", "model", "stream", "status", "received", "cache_ms", "sent",
+                 "first_byte", "first_token", "last_token", "last_byte", "max_gap", "connect_ms", "reused",
+                 "token_events", "output_tokens", "route", "upstream", "attempts", "client_rtt", "upstream_rtt",
+                 "upstream_timing", "floor_ms")
 
-    def __init__(self) -> None:
+    def __init__(self, request_id: str = "") -> None:
         self.received = perf_counter()
+        self.request_id = request_id
+        self.tenant = ""
+        self.model = ""
+        self.stream = False
+        self.status = 0
         self.cache_ms = 0.0
         self.sent = 0.0
         self.first_byte = 0.0
         self.first_token = 0.0
+        self.last_token = 0.0
         self.last_byte = 0.0
+        self.max_gap = 0.0  # the longest wait between two reads that carried tokens (s)
         self.connect_ms = 0.0
         self.reused = False
         self.token_events = 0  # data events relayed from the first token on (the usage chunk aside)
+        self.output_tokens: int | None = None  # the upstream's usage count, when it gave one
         self.route = ""
+        self.upstream = ""
         self.attempts = 0
+        self.client_rtt: Rtt | None = None  # the client's TCP connection, from the kernel
+        self.upstream_rtt: Rtt | None = None  # the upstream connection this request used
+        self.upstream_timing: str | None = None  # the upstream's own Server-Timing, as it sent it
+        self.floor_ms: float | None = None  # the physics floor to the route's upstream, when both ends are known
+
+    def tokens_at(self, now: float) -> None:
+        """A read that carried token events arrived at `now` (after the first token)."""
+        gap = now - (self.last_token or self.first_token)
+        if gap > self.max_gap:
+            self.max_gap = gap
+        self.last_token = now
 
     def gateway_ms(self) -> float:
         return (self.sent - self.received) * 1000.0 if self.sent else 0.0
@@ -35,15 +61,30 @@ class Timeline:
     def ttft_ms(self) -> float:
         return (self.first_token - self.received) * 1000.0 if self.first_token else 0.0
 
+    def decode_ms(self) -> float:
+        return ((self.last_token or self.first_token) - self.first_token) * 1000.0 if self.first_token else 0.0
+
     def e2e_ms(self) -> float:
         return ((self.last_byte or perf_counter()) - self.received) * 1000.0
 
+    def rtt_ms(self) -> float | None:
+        return self.upstream_rtt.best_ms if self.upstream_rtt is not None else None
+
     def server_timing(self) -> str:
-        """The `Server-Timing` header value, sent with the response headers."""
-        return (f"gateway;dur={self.gateway_ms():.2f}, cache;dur={self.cache_ms:.2f}, "
-                f"connect;dur={self.connect_ms:.2f}, ttfb;dur={self.ttfb_ms():.2f}")
+        """The `Server-Timing` header value, sent with the response headers: what is known by then."""
+        timing = (f"gateway;dur={self.gateway_ms():.2f}, cache;dur={self.cache_ms:.2f}, "
+                  f"connect;dur={self.connect_ms:.2f}, ttfb;dur={self.ttfb_ms():.2f}")
+        rtt = self.rtt_ms()
+        if rtt is not None:
+            timing += f", rtt;dur={rtt:.2f}"
+        if self.floor_ms is not None:
+            timing += f", floor;dur={self.floor_ms:.2f}"
+        if self.client_rtt is not None:
+            timing += f", client-rtt;dur={self.client_rtt.smoothed_ms:.2f}"
+        return timing
 
     def closing_comment(self) -> bytes:
         """The SSE comment that ends every stream, just before `data: [DONE]`."""
         self.last_byte = perf_counter()
-        return f": server-timing ttft;dur={self.ttft_ms():.2f}, e2e;dur={self.e2e_ms():.2f}\n\n".encode()
+        return (f": server-timing ttft;dur={self.ttft_ms():.2f}, e2e;dur={self.e2e_ms():.2f}, "
+                f"decode;dur={self.decode_ms():.2f}\n\n").encode()

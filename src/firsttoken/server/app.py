@@ -7,12 +7,17 @@ import itertools
 import logging
 import os
 from collections.abc import Awaitable, Callable
+from time import perf_counter
 from typing import Any
+from urllib.parse import parse_qs
 
 from firsttoken import config as config_module
 from firsttoken.alarms import Alarms
 from firsttoken.config import SIM_UPSTREAM, Settings
 from firsttoken.errors import GatewayError
+from firsttoken.journey.attribution import attribute
+from firsttoken.journey.recent import RecentJourneys
+from firsttoken.journey.tcp_info import client_socket, rtt_of
 from firsttoken.journey.timeline import Timeline
 from firsttoken.routing.targets import Target, TargetResolver
 from firsttoken.server import validate
@@ -43,10 +48,14 @@ class Gateway:
         self.embedded: EmbeddedRegion | None = None
         if settings.simulated is not None:
             self.embedded = EmbeddedRegion(settings.simulated)
+            simulated = settings.simulated
             settings = settings.with_upstream(SIM_UPSTREAM, {"url": self.embedded.url, "api": "openai",
-                                                             "region": settings.simulated.region})
+                                                             "region": simulated.region})
+            if settings.location is None:  # the gateway stands where the region's clients are
+                settings = settings.model_copy(update={"location": simulated.client_location})
         self.settings = settings
-        self.upstreams = Upstreams(settings.upstreams)
+        self.upstreams = Upstreams(settings.upstreams, settings.place)
+        self.journeys = RecentJourneys()
         self.alarms = Alarms()
         # request ids: a per-process random prefix and a counter; unique without a syscall per request
         self._id_prefix = os.urandom(6).hex().encode()
@@ -64,6 +73,8 @@ class Gateway:
         ):
             self.routes.setdefault(f"/v1{path}", {})[method] = handler
             self.routes.setdefault(path, {})[method] = handler
+        self.routes["/v1/journeys"] = {"GET": self.journey_list}
+        self.prefix_routes: dict[str, dict[str, Handler]] = {"/v1/journeys/": {"GET": self.journey}}
         self.routes["/healthz"] = {"GET": self.healthz}
         self.routes["/readyz"] = {"GET": self.readyz}
 
@@ -97,9 +108,13 @@ class Gateway:
                 return
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        timeline = Timeline()
-        base: Headers = [(b"x-request-id", b"req_%s%x" % (self._id_prefix, next(self._ids)))]
+        request_id = b"req_%s%x" % (self._id_prefix, next(self._ids))
+        timeline = Timeline(request_id.decode())
+        timeline.client_rtt = rtt_of(client_socket(receive))
+        base: Headers = [(b"x-request-id", request_id)]
         methods = self.routes.get(scope["path"])
+        if methods is None:
+            methods = next((m for prefix, m in self.prefix_routes.items() if scope["path"].startswith(prefix)), None)
         try:
             if methods is None:
                 raise GatewayError(404, f"No route {scope['path']}; this gateway serves /v1/chat/completions, "
@@ -109,8 +124,12 @@ class Gateway:
                 raise GatewayError(405, f"{scope['method']} is not allowed on {scope['path']}; use "
                                         f"{', '.join(methods)}.", code="method_not_allowed",
                                    headers={"allow": ", ".join(methods)})
-            await handler(scope, receive, send, base, timeline)
+            try:
+                await handler(scope, receive, send, base, timeline)
+            finally:
+                timeline.last_byte = timeline.last_byte or perf_counter()
         except GatewayError as error:
+            timeline.status = error.status
             await send_error(send, error, response_headers(base, timeline))
         except ClientDisconnected:
             pass
@@ -125,14 +144,16 @@ class Gateway:
                                  response_headers(base, timeline))
             except Exception:
                 pass
+            timeline.status = 500
 
     # --- endpoints ---------------------------------------------------------------------------
 
     async def chat_completions(self, scope: Scope, receive: Receive, send: Send, base: Headers,
                                timeline: Timeline) -> None:
-        self.keys.tenant(scope)
+        self._record(scope, timeline)
         body = validate.parse_json_object(await read_body(scope, receive, self.max_body))
         model, stream = validate.chat_request(body)
+        timeline.model, timeline.stream = model, stream
         targets = self.resolver.resolve(model)
 
         def build(link: UpstreamLink, target: Target) -> Any:
@@ -150,9 +171,10 @@ class Gateway:
 
     async def embeddings(self, scope: Scope, receive: Receive, send: Send, base: Headers,
                          timeline: Timeline) -> None:
-        self.keys.tenant(scope)
+        self._record(scope, timeline)
         body = validate.parse_json_object(await read_body(scope, receive, self.max_body))
-        targets = self.resolver.resolve(validate.embeddings_request(body))
+        timeline.model = validate.embeddings_request(body)
+        targets = self.resolver.resolve(timeline.model)
         await until_disconnect(receive, forward_complete(
             self.upstreams, self.alarms, targets, lambda link, target: link.adapter.embeddings(body, target.model),
             lambda link, data: data, send, base, timeline), self.alarms)
@@ -169,6 +191,31 @@ class Gateway:
                 if entry["id"].startswith(f"{SIM_UPSTREAM}/"):
                     entry["description"] = self.embedded.description
         await send_json(send, 200, {"object": "list", "data": data}, response_headers(base, timeline))
+
+    def _record(self, scope: Scope, timeline: Timeline) -> None:
+        """Authenticate, and keep this request's timeline among the recent journeys."""
+        timeline.tenant = self.keys.tenant(scope)
+        self.journeys.add(timeline)
+
+    def _visible_to(self, scope: Scope) -> str | None:
+        """The tenant whose journeys this caller may read; None (all of them) when no keys are configured."""
+        tenant = self.keys.tenant(scope)
+        return tenant if self.settings.keys else None
+
+    async def journey(self, scope: Scope, receive: Receive, send: Send, base: Headers, timeline: Timeline) -> None:
+        request_id = scope["path"].removeprefix("/v1/journeys/")
+        found = self.journeys.get(request_id, self._visible_to(scope))
+        if found is None:
+            raise GatewayError(404, f"No journey {request_id!r} among the last {self.journeys.capacity} requests "
+                                    f"(or not one of yours). Journey ids are the x-request-id of a response.",
+                               code="journey_not_found")
+        await send_json(send, 200, attribute(found).to_dict(), response_headers(base, timeline))
+
+    async def journey_list(self, scope: Scope, receive: Receive, send: Send, base: Headers,
+                           timeline: Timeline) -> None:
+        limit = _query_int(scope, "limit", default=20, low=1, high=1000)
+        journeys = [attribute(t).to_dict() for t in self.journeys.latest(limit, self._visible_to(scope))]
+        await send_json(send, 200, {"object": "list", "data": journeys}, response_headers(base, timeline))
 
     async def healthz(self, scope: Scope, receive: Receive, send: Send, base: Headers, timeline: Timeline) -> None:
         await send_json(send, 200, {"status": "ok"}, response_headers(base, timeline))
@@ -215,6 +262,21 @@ async def until_disconnect(receive: Receive, work: Awaitable[None], alarms: Alar
         alarms.disarm(later)
         if watcher is not None:
             watcher.cancel()
+
+
+def _query_int(scope: Scope, name: str, default: int, low: int, high: int) -> int:
+    """An integer query parameter within [low, high], or a 400 that says so."""
+    values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get(name)
+    if not values:
+        return default
+    try:
+        value = int(values[-1])
+    except ValueError:
+        value = low - 1
+    if not low <= value <= high:
+        raise GatewayError(400, f"{name} must be an integer from {low} to {high}, got {values[-1]!r}.", param=name,
+                           code="invalid_query")
+    return value
 
 
 def create_app(settings: Settings) -> Gateway:

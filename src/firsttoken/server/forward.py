@@ -17,6 +17,7 @@ import aiohttp
 
 from firsttoken.alarms import Alarms
 from firsttoken.errors import GatewayError, bad_gateway, gateway_timeout
+from firsttoken.journey.tcp_info import rtt_of, transport_socket
 from firsttoken.journey.timeline import Timeline
 from firsttoken.relay import Relay
 from firsttoken.routing.targets import Target
@@ -85,6 +86,9 @@ async def _open(link: UpstreamLink, request: UpstreamRequest, timeline: Timeline
     opened_ms = link.pool.connector.connect_ms(response)
     timeline.reused = opened_ms is None
     timeline.connect_ms = opened_ms or 0.0
+    protocol = getattr(response, "_protocol", None)  # see TimedConnector.connect_ms
+    timeline.upstream_rtt = rtt_of(transport_socket(getattr(protocol, "transport", None)))
+    timeline.upstream_timing = response.headers.get("Server-Timing")
     return response
 
 
@@ -103,6 +107,8 @@ async def _attempt(upstreams: Upstreams, alarms: Alarms, target: Target, build: 
     link = upstreams[target.upstream]
     request = build(link, target)
     timeline.route = target.label
+    timeline.upstream = link.name
+    timeline.floor_ms = link.floor_ms
     timeline.attempts += 1
     timeline.sent = perf_counter()
     attempt = Attempt(link, alarms.now() + link.settings.timeouts.first_byte)
@@ -156,11 +162,15 @@ async def forward_complete(upstreams: Upstreams, alarms: Alarms, targets: list[T
                 continue
             break
         headers = response_headers(base_headers, timeline) + passthrough_headers(response)
-        await send_bytes(send, response.status, translate(link, data), headers)
+        answer = translate(link, data)
+        timeline.output_tokens = completion_tokens(answer)
+        timeline.status = response.status
+        await send_bytes(send, response.status, answer, headers)
         timeline.last_byte = perf_counter()
         return
     assert failure is not None
     log.warning("request failed after %d attempt(s): %s", timeline.attempts, failure.message)
+    timeline.status = failure.status
     await send_error(send, failure, response_headers(base_headers, timeline))
 
 
@@ -243,6 +253,7 @@ class StreamForwarder:
             if self.started:
                 return bad_gateway(f"upstream {link.name} answered a stream request with "
                                    f"{response.content_type}", code="upstream_bad_response")
+            self.timeline.status = response.status
             await send_bytes(self.send, response.status, link.adapter.chat_response(data),
                              response_headers(self.base_headers, self.timeline))
             return None
@@ -252,6 +263,9 @@ class StreamForwarder:
                       strip_usage=not self.client_wants_usage, alarms=self.alarms, heartbeat=self.heartbeat,
                       first_token_deadline=deadline, idle_s=link.settings.timeouts.idle, upstream=link.name)
         result = await relay.run()
+        usage = result.usage or {}
+        tokens = usage.get("completion_tokens")
+        self.timeline.output_tokens = tokens if isinstance(tokens, int) else None
         if not self.ended:
             await self.heartbeat.stop()
             await self.send({"type": "http.response.body", "body": b""})
@@ -273,6 +287,7 @@ class StreamForwarder:
         if self.started:
             return
         self.started = True
+        self.timeline.status = 200
         headers = [*SSE_HEADERS, *response_headers(self.base_headers, self.timeline), *extra]
         await self.send({"type": "http.response.start", "status": 200, "headers": headers})
 
@@ -282,10 +297,26 @@ class StreamForwarder:
 
     async def _fail(self, failure: GatewayError) -> None:
         if not self.started:
+            self.timeline.status = failure.status
             await send_error(self.send, failure, response_headers(self.base_headers, self.timeline))
             return
         # Headers are gone already: the failure travels as one error event, then [DONE].
         await self._write(error_event(failure.body()) + self.timeline.closing_comment() + DONE, last=True)
+
+
+_COMPLETION_TOKENS = b'"completion_tokens":'
+
+
+def completion_tokens(answer: bytes) -> int | None:
+    """The usage count in an OpenAI-format answer, found without parsing it all (it can be large)."""
+    at = answer.rfind(_COMPLETION_TOKENS)
+    if at < 0:
+        return None
+    digits = answer[at + len(_COMPLETION_TOKENS):at + len(_COMPLETION_TOKENS) + 12].lstrip()
+    end = 0
+    while end < len(digits) and digits[end:end + 1].isdigit():
+        end += 1
+    return int(digits[:end]) if end else None
 
 
 def client_wants_usage(body: dict[str, Any]) -> bool:

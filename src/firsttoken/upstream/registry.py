@@ -6,6 +6,8 @@ import asyncio
 from dataclasses import dataclass
 
 from firsttoken.config import Upstream
+from firsttoken.geo import physics
+from firsttoken.geo.places import Place
 from firsttoken.upstream.adapter import Adapter
 from firsttoken.upstream.anthropic import AnthropicAdapter
 from firsttoken.upstream.azure import AzureAdapter
@@ -21,17 +23,22 @@ class UpstreamLink:
     settings: Upstream
     adapter: Adapter
     pool: WarmPool
+    floor_ms: float | None = None  # the physics floor from the gateway's location to this upstream's region
 
     def listed_models(self) -> list[str]:
         return self.pool.state.models if self.adapter.probe_lists_models else []
 
 
 class Upstreams:
-    def __init__(self, settings: dict[str, Upstream]) -> None:
+    def __init__(self, settings: dict[str, Upstream], location: Place | None = None) -> None:
         self.links: dict[str, UpstreamLink] = {}
         for name, upstream in settings.items():
             adapter = ADAPTERS[upstream.api](name, upstream)
-            self.links[name] = UpstreamLink(name, upstream, adapter, WarmPool(name, upstream, adapter.probe()))
+            floor = None
+            if location is not None and upstream.place is not None:
+                there = upstream.place
+                floor = physics.floor_rtt_ms(physics.great_circle_km(location.lat, location.lon, there.lat, there.lon))
+            self.links[name] = UpstreamLink(name, upstream, adapter, WarmPool(name, upstream, adapter.probe()), floor)
 
     def __getitem__(self, name: str) -> UpstreamLink:
         return self.links[name]

@@ -1,4 +1,4 @@
-"""A simulated region served on loopback from settings, for the sim tests."""
+"""A simulated region served on loopback from `sim:` settings, in its own thread."""
 
 from __future__ import annotations
 

@@ -1,0 +1,150 @@
+"""Where a request's time went: the timeline turned into the journey vocabulary's phases (DESIGN.md)
+and a verdict in plain words.
+
+Computed when someone asks (GET /v1/journeys, the log writer), never on the request's own path: the
+request only fills its Timeline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from firsttoken.journey.timeline import Timeline
+
+
+@dataclass(frozen=True)
+class Phases:
+    """Milliseconds; None where this request cannot know (no TCP socket, no location, no tokens)."""
+
+    client_rtt: float | None
+    gateway: float
+    cache: float
+    connect: float
+    ttfb: float
+    rtt: float | None
+    floor: float | None
+    distance_tax: float | None
+    queue_prefill: float | None
+    ttft: float | None
+    decode: float | None
+    e2e: float
+
+
+@dataclass(frozen=True)
+class Journey:
+    request_id: str
+    tenant: str
+    model: str
+    route: str
+    upstream: str
+    stream: bool
+    status: int
+    attempts: int
+    reused_connection: bool
+    phases: Phases
+    output_tokens: int | None
+    token_events: int
+    tokens_per_s: float | None
+    itl_max_ms: float | None
+    upstream_timing: dict[str, float] = field(default_factory=dict)
+    verdict: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        phases = data.pop("phases")
+        phases["queue+prefill"] = phases.pop("queue_prefill")
+        phases["distance tax"] = phases.pop("distance_tax")
+        return {**data, "phases": {k: _round(v) for k, v in phases.items()},
+                "tokens_per_s": _round(self.tokens_per_s), "itl_max_ms": _round(self.itl_max_ms)}
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
+
+
+def parse_server_timing(header: str | None) -> dict[str, float]:
+    """`queue;dur=1.2, cold;dur=0, prefill;dur=30` → {"queue": 1.2, "cold": 0.0, "prefill": 30.0}."""
+    timings: dict[str, float] = {}
+    for part in (header or "").split(","):
+        name, _, params = part.strip().partition(";")
+        for param in params.split(";"):
+            key, _, value = param.strip().partition("=")
+            if key == "dur" and name:
+                try:
+                    timings[name] = float(value.strip('"'))
+                except ValueError:
+                    pass
+    return timings
+
+
+def attribute(timeline: Timeline) -> Journey:
+    upstream_timing = parse_server_timing(timeline.upstream_timing)
+    measured = timeline.rtt_ms()
+    # A simulated region declares the distance it adds (`distance`): on the wire it is a round trip too.
+    simulated = upstream_timing.get("distance", 0.0)
+    rtt = measured + simulated if measured is not None else None
+    ttfb = timeline.ttfb_ms()
+    connect = timeline.connect_ms
+    # What the provider spent: all of it before the first byte of a stream; a whole answer's first byte
+    # comes after its generation too, which only the provider's own Server-Timing can tell apart.
+    provider = max(ttfb - connect - rtt, 0.0) if rtt is not None and timeline.first_byte else None
+    floor = timeline.floor_ms
+    if timeline.stream:
+        queue_prefill = provider
+        decode = timeline.decode_ms() if timeline.first_token else None
+    else:
+        declared = [upstream_timing[k] for k in ("queue", "cold", "prefill") if k in upstream_timing]
+        queue_prefill = min(sum(declared), provider) if declared and provider is not None else None
+        decode = provider - queue_prefill if queue_prefill is not None and provider is not None else None
+    phases = Phases(
+        client_rtt=timeline.client_rtt.smoothed_ms if timeline.client_rtt is not None else None,
+        gateway=timeline.gateway_ms(), cache=timeline.cache_ms, connect=connect, ttfb=ttfb, rtt=rtt, floor=floor,
+        distance_tax=rtt - floor if rtt is not None and floor is not None else None,
+        queue_prefill=queue_prefill, ttft=timeline.ttft_ms() if timeline.first_token else None, decode=decode,
+        e2e=timeline.e2e_ms())
+    tokens = timeline.output_tokens if timeline.output_tokens is not None else (timeline.token_events or None)
+    rate = tokens / (decode / 1000.0) if tokens and decode and tokens > 1 else None
+    itl_max = timeline.max_gap * 1000.0 if timeline.token_events > 1 else None
+    journey = Journey(timeline.request_id, timeline.tenant, timeline.model, timeline.route, timeline.upstream,
+                      timeline.stream, timeline.status, timeline.attempts, timeline.reused, phases,
+                      timeline.output_tokens, timeline.token_events, rate, itl_max, upstream_timing)
+    return Journey(**{**journey.__dict__, "verdict": verdict(journey, provider)})
+
+
+def verdict(journey: Journey, provider_ms: float | None = None) -> str:
+    """The largest part of the wait, in words, and the generation's pace. `provider_ms` is the provider's
+    whole time when its queue and prefill cannot be told from its generation (a non-streaming answer)."""
+    p = journey.phases
+    if journey.status >= 400:
+        return f"failed with HTTP {journey.status} after {p.e2e:.0f} ms"
+    cold = journey.upstream_timing.get("cold", 0.0)
+    parts = {
+        "client": p.client_rtt or 0.0,
+        "gateway": p.gateway,
+        "handshakes": p.connect,
+        "distance": p.rtt or 0.0,
+        "queue": p.queue_prefill or 0.0,
+        "provider": provider_ms if p.queue_prefill is None and provider_ms else 0.0,
+    }
+    largest = max(parts, key=parts.__getitem__)
+    if cold and cold >= 0.5 * (p.queue_prefill or 0.0) and cold >= 200:
+        words = f"a cold start: {cold / 1000:.1f} s before the first token"
+    elif largest == "client":
+        words = f"your own connection added {p.client_rtt:.0f} ms"
+    elif largest == "distance":
+        floor = f", {p.floor:.0f} ms of it the speed of light in fibre" if p.floor is not None else ""
+        words = f"most of this wait was distance: a {p.rtt:.0f} ms round trip{floor}"
+    elif largest == "handshakes":
+        words = f"a new connection cost {p.connect:.0f} ms of handshakes"
+    elif largest == "queue":
+        words = f"most of this wait was the provider's queue and prefill: {p.queue_prefill:.0f} ms"
+    elif largest == "provider":
+        words = (f"most of this wait was the provider: {provider_ms:.0f} ms of queue, prefill and generation "
+                 f"(stream to see them apart)")
+    else:
+        words = f"most of this wait was the gateway itself: {p.gateway:.1f} ms"
+    tokens = journey.output_tokens or journey.token_events
+    if journey.tokens_per_s and tokens:
+        words += f"; generation: {tokens} tokens at {journey.tokens_per_s:.0f} tok/s"
+    return words

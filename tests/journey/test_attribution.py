@@ -1,0 +1,104 @@
+"""Phases and verdicts from timelines with known clock values, and the kernel's RTT of a real socket."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from firsttoken.journey.attribution import attribute, parse_server_timing
+from firsttoken.journey.tcp_info import Rtt, rtt_of
+from firsttoken.journey.timeline import Timeline
+from firsttoken.server.forward import completion_tokens
+
+
+def timeline(*, rtt: float = 120.0, connect: float = 0.0, ttfb: float = 400.0, decode: float = 1000.0,
+             tokens: int = 50, client_rtt: float = 5.0, stream: bool = True, floor: float | None = 90.0,
+             upstream_timing: str | None = None, status: int = 200) -> Timeline:
+    """A request received at t=0 that left after 1 ms; times in ms."""
+    t = Timeline("req_1")
+    t.received, t.sent = 0.0, 0.001
+    t.first_byte = t.sent + ttfb / 1000
+    t.first_token = t.first_byte + 0.0005 if stream else 0.0
+    t.last_token = t.first_token + decode / 1000 if stream else 0.0
+    t.last_byte = (t.last_token if stream else t.first_byte) + 0.001
+    t.connect_ms, t.reused = connect, connect == 0
+    t.upstream_rtt = Rtt(rtt + 3, rtt)
+    t.client_rtt = Rtt(client_rtt, client_rtt)
+    t.token_events, t.output_tokens, t.stream, t.floor_ms, t.status = tokens, tokens, stream, floor, status
+    t.upstream_timing = upstream_timing
+    t.route, t.upstream = "far/model", "far"
+    return t
+
+
+def test_phases_follow_the_vocabulary() -> None:
+    journey = attribute(timeline(connect=250.0, ttfb=650.0))
+    p = journey.phases
+    assert p.rtt == 120.0 and p.floor == 90.0 and p.distance_tax == pytest.approx(30.0)
+    assert p.queue_prefill == pytest.approx(650 - 250 - 120)  # ttfb − connect − rtt
+    assert p.gateway == pytest.approx(1.0) and p.decode == pytest.approx(1000.0)
+    assert journey.tokens_per_s == pytest.approx(50.0) and not journey.reused_connection
+    data = journey.to_dict()
+    assert set(data["phases"]) == {"client_rtt", "gateway", "cache", "connect", "ttfb", "rtt", "floor",
+                                   "distance tax", "queue+prefill", "ttft", "decode", "e2e"}
+
+
+@pytest.mark.parametrize("facts, words", [
+    (dict(ttfb=125.0), "most of this wait was distance: a 120 ms round trip, 90 ms of it the speed of light"),
+    (dict(ttfb=2120.0), "most of this wait was the provider's queue and prefill: 2000 ms"),
+    (dict(client_rtt=240.0, ttfb=125.0), "your own connection added 240 ms"),
+    (dict(connect=400.0, ttfb=530.0), "a new connection cost 400 ms of handshakes"),
+    (dict(ttfb=4300.0, upstream_timing="queue;dur=10, cold;dur=4100, prefill;dur=60"),
+     "a cold start: 4.1 s before the first token"),
+    (dict(status=502), "failed with HTTP 502"),
+])
+def test_verdicts_name_the_largest_part(facts: dict, words: str) -> None:
+    assert words in attribute(timeline(**facts)).verdict
+
+
+def test_generation_pace_in_the_verdict() -> None:
+    journey = attribute(timeline(ttfb=125.0, decode=2000.0, tokens=812))
+    assert journey.verdict.endswith("; generation: 812 tokens at 406 tok/s")
+
+
+def test_a_whole_answer_splits_only_with_the_providers_own_timing() -> None:
+    plain = attribute(timeline(stream=False, ttfb=1120.0))
+    assert plain.phases.queue_prefill is None and plain.phases.decode is None
+    assert "the provider: 1000 ms of queue, prefill and generation" in plain.verdict
+    told = attribute(timeline(stream=False, ttfb=1120.0, upstream_timing="queue;dur=100, cold;dur=0, prefill;dur=50"))
+    assert told.phases.queue_prefill == pytest.approx(150) and told.phases.decode == pytest.approx(850)
+
+
+def test_a_simulated_regions_distance_counts_as_round_trip() -> None:
+    journey = attribute(timeline(rtt=0.02, ttfb=140.0, upstream_timing="queue;dur=0, prefill;dur=8, distance;dur=129"))
+    assert journey.phases.rtt == pytest.approx(129.02)
+    assert journey.phases.queue_prefill == pytest.approx(140 - 129.02)
+
+
+def test_parse_server_timing() -> None:
+    assert parse_server_timing('queue;dur=1.5, cold;desc="x";dur=0, prefill;dur=30, bad;dur=x, nodur') == {
+        "queue": 1.5, "cold": 0.0, "prefill": 30.0}
+    assert parse_server_timing(None) == {}
+
+
+def test_completion_tokens_found_without_parsing() -> None:
+    assert completion_tokens(b'{"usage":{"prompt_tokens":5,"completion_tokens": 42,"total_tokens":47}}') == 42
+    assert completion_tokens(b'{"choices":[]}') is None
+
+
+def test_kernel_rtt_of_a_real_connection() -> None:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        with socket.create_connection(server.getsockname()) as client, server.accept()[0] as accepted:
+            client.sendall(b"ping")
+            accepted.recv(4)
+            accepted.sendall(b"pong")
+            client.recv(4)
+            rtt = rtt_of(client)
+    assert rtt is not None and 0 < rtt.smoothed_ms < 50
+    assert rtt.min_ms is None or rtt.min_ms <= rtt.smoothed_ms
+    assert rtt_of(None) is None
+    a, b = socket.socketpair()
+    with a, b:
+        assert rtt_of(a) is None  # not TCP
