@@ -64,8 +64,20 @@ def ensure_litellm() -> Path:
     return binary
 
 
+def baseline_source(revision: str) -> Path:
+    """The package source at a git revision, checked out in a worktree under bench/.work, so that one run
+    can measure before and after a change on the same machine at the same moment."""
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", revision], check=True,
+                            capture_output=True, text=True).stdout.strip()
+    tree = WORK / f"baseline-{commit}"
+    if not tree.exists():
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), commit], check=True,
+                       capture_output=True)
+    return tree / "src"
+
+
 @contextmanager
-def firsttoken(upstream: int, workers: int) -> Iterator[str]:
+def firsttoken(upstream: int, workers: int, source: Path | None = None) -> Iterator[str]:
     port = fixtures.free_port()
     config = WORK / f"firsttoken-{workers}.yaml"
     base = f"http://127.0.0.1:{upstream}"
@@ -75,9 +87,10 @@ def firsttoken(upstream: int, workers: int) -> Iterator[str]:
         "models": {"bench": ["json/bench"], "bench-sse": ["sse/bench"]},
         "keys": [{"name": "bench", "key": CLIENT_KEY}],  # both proxies check a client key
     }))
-    argv = [str(ROOT / ".venv" / "bin" / "firsttoken"), "serve", "--config", str(config), "--port", str(port),
-            "--workers", str(workers)]
-    with process(argv, WORK / f"firsttoken-{workers}.log"):
+    argv = [str(ROOT / ".venv" / "bin" / "python"), "-m", "firsttoken", "serve", "--config", str(config),
+            "--port", str(port), "--workers", str(workers)]
+    env = {"PYTHONPATH": str(source)} if source is not None else None  # ahead of the editable install
+    with process(argv, WORK / f"firsttoken-{workers}.log", env):
         fixtures.wait_for(f"http://127.0.0.1:{port}/readyz")
         yield f"http://127.0.0.1:{port}"
 
@@ -121,6 +134,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="wrk runs per cell; the median one is reported "
                                                                 "(this machine is shared and noisy)")
     parser.add_argument("--skip-litellm", action="store_true")
+    parser.add_argument("--baseline", metavar="REVISION",
+                        help="also measure firsttoken (1 worker) as it was at this git revision")
     parser.add_argument("--json", type=Path, help="also write the raw figures here")
     args = parser.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
@@ -158,6 +173,10 @@ def main() -> None:
             with firsttoken(upstream_port, workers) as gateway:
                 url = f"{gateway}/v1/chat/completions"
                 measure(f"firsttoken w{workers}", {False: url, True: url}, aliases)
+        if args.baseline:
+            with firsttoken(upstream_port, 1, baseline_source(args.baseline)) as gateway:
+                url = f"{gateway}/v1/chat/completions"
+                measure("firsttoken baseline", {False: url, True: url}, aliases)
         if not args.skip_litellm:
             with litellm(upstream_port) as proxy:
                 url = f"{proxy}/v1/chat/completions"
@@ -194,6 +213,10 @@ def report(results: dict[str, dict[str, wrk.WrkResult]]) -> str:
                      f"{ours[key].requests_per_s / results['nginx proxy_pass'][key].requests_per_s:.1%} |")
         lines.append(f"| firsttoken w1 / raw ASGI floor req/s | {mode} | {c} | "
                      f"{ours[key].requests_per_s / results['raw ASGI floor'][key].requests_per_s:.0%} |")
+        if "firsttoken baseline" in results:
+            before = results["firsttoken baseline"][key]
+            lines.append(f"| firsttoken w1 / baseline w1 req/s | {mode} | {c} | "
+                         f"{ours[key].requests_per_s / before.requests_per_s:.2f}× |")
         if "firsttoken w2" in results:
             lines.append(f"| firsttoken w2 / w1 req/s | {mode} | {c} | "
                          f"{results['firsttoken w2'][key].requests_per_s / ours[key].requests_per_s:.2f}× |")

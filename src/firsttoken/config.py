@@ -132,6 +132,13 @@ class Streaming(_Strict):
     client_stall_s: float = Field(60.0, gt=0, description="a client that reads nothing for this long is dropped")
 
 
+class Journeys(_Strict):
+    log: str | None = Field("firsttoken-journeys.db", description="SQLite file of every journey; null: none")
+    max_rows: int = Field(1_000_000, ge=1000)
+    max_age_days: float = Field(30.0, gt=0)
+    recent: int = Field(10_000, ge=10, le=1_000_000, description="journeys kept in memory for GET /v1/journeys")
+
+
 class Settings(_Strict):
     listen: Listen = Field(default_factory=Listen)
     location: str | None = None
@@ -141,6 +148,7 @@ class Settings(_Strict):
     cache: Cache | None = None
     limits: Limits = Field(default_factory=Limits)
     streaming: Streaming = Field(default_factory=Streaming)
+    journeys: Journeys = Field(default_factory=Journeys)
     sim: SimSettings | None = None  # an in-process simulated region; the upstream when none is configured
     _source: str = PrivateAttr("defaults")  # where the settings came from, for the start-up banner
 

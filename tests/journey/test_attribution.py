@@ -9,7 +9,7 @@ import pytest
 from firsttoken.journey.attribution import attribute, parse_server_timing
 from firsttoken.journey.tcp_info import Rtt, rtt_of
 from firsttoken.journey.timeline import Timeline
-from firsttoken.server.forward import completion_tokens
+from firsttoken.server.forward import usage_count
 
 
 def timeline(*, rtt: float = 120.0, connect: float = 0.0, ttfb: float = 400.0, decode: float = 1000.0,
@@ -81,9 +81,10 @@ def test_parse_server_timing() -> None:
     assert parse_server_timing(None) == {}
 
 
-def test_completion_tokens_found_without_parsing() -> None:
-    assert completion_tokens(b'{"usage":{"prompt_tokens":5,"completion_tokens": 42,"total_tokens":47}}') == 42
-    assert completion_tokens(b'{"choices":[]}') is None
+def test_usage_counts_found_without_parsing() -> None:
+    answer = b'{"usage":{"prompt_tokens":5,"completion_tokens": 42,"total_tokens":47}}'
+    assert usage_count(answer, b'"completion_tokens":') == 42 and usage_count(answer, b'"prompt_tokens":') == 5
+    assert usage_count(b'{"choices":[]}', b'"completion_tokens":') is None
 
 
 def test_kernel_rtt_of_a_real_connection() -> None:

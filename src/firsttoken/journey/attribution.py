@@ -34,6 +34,7 @@ class Phases:
 @dataclass(frozen=True)
 class Journey:
     request_id: str
+    operation: str
     tenant: str
     model: str
     route: str
@@ -44,6 +45,7 @@ class Journey:
     reused_connection: bool
     phases: Phases
     output_tokens: int | None
+    input_tokens: int | None
     token_events: int
     tokens_per_s: float | None
     itl_max_ms: float | None
@@ -106,9 +108,10 @@ def attribute(timeline: Timeline) -> Journey:
     tokens = timeline.output_tokens if timeline.output_tokens is not None else (timeline.token_events or None)
     rate = tokens / (decode / 1000.0) if tokens and decode and tokens > 1 else None
     itl_max = timeline.max_gap * 1000.0 if timeline.token_events > 1 else None
-    journey = Journey(timeline.request_id, timeline.tenant, timeline.model, timeline.route, timeline.upstream,
-                      timeline.stream, timeline.status, timeline.attempts, timeline.reused, phases,
-                      timeline.output_tokens, timeline.token_events, rate, itl_max, upstream_timing)
+    journey = Journey(timeline.request_id, timeline.operation, timeline.tenant, timeline.model, timeline.route,
+                      timeline.upstream, timeline.stream, timeline.status, timeline.attempts, timeline.reused, phases,
+                      timeline.output_tokens, timeline.input_tokens, timeline.token_events, rate, itl_max,
+                      upstream_timing)
     return Journey(**{**journey.__dict__, "verdict": verdict(journey, provider)})
 
 

@@ -14,10 +14,10 @@ from firsttoken.journey.tcp_info import Rtt
 
 
 class Timeline:
-    __slots__ = ("request_id", "tenant", "model", "stream", "status", "received", "cache_ms", "sent",
-                 "first_byte", "first_token", "last_token", "last_byte", "max_gap", "connect_ms", "reused",
-                 "token_events", "output_tokens", "route", "upstream", "attempts", "client_rtt", "upstream_rtt",
-                 "upstream_timing", "floor_ms")
+    __slots__ = ("request_id", "operation", "tenant", "model", "stream", "status", "received", "cache_ms",
+                 "sent", "first_byte", "first_token", "last_token", "last_byte", "max_gap", "connect_ms", "reused",
+                 "token_events", "output_tokens", "input_tokens", "route", "upstream", "attempts", "client_rtt",
+                 "upstream_rtt", "upstream_timing", "floor_ms")
 
     def __init__(self, request_id: str = "") -> None:
         self.received = perf_counter()
@@ -36,7 +36,9 @@ class Timeline:
         self.connect_ms = 0.0
         self.reused = False
         self.token_events = 0  # data events relayed from the first token on (the usage chunk aside)
-        self.output_tokens: int | None = None  # the upstream's usage count, when it gave one
+        self.output_tokens: int | None = None  # the upstream's usage counts, when it gave them
+        self.input_tokens: int | None = None
+        self.operation = "chat"  # the GenAI operation: chat | embeddings
         self.route = ""
         self.upstream = ""
         self.attempts = 0

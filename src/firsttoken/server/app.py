@@ -16,7 +16,11 @@ from firsttoken.alarms import Alarms
 from firsttoken.config import SIM_UPSTREAM, Settings
 from firsttoken.errors import GatewayError
 from firsttoken.journey.attribution import attribute
+from firsttoken.journey.log import JourneyLog
+from firsttoken.journey.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from firsttoken.journey.metrics import Metrics
 from firsttoken.journey.recent import RecentJourneys
+from firsttoken.journey.sink import JourneySink
 from firsttoken.journey.tcp_info import client_socket, rtt_of
 from firsttoken.journey.timeline import Timeline
 from firsttoken.routing.targets import Target, TargetResolver
@@ -32,6 +36,7 @@ from firsttoken.server.http import (
     Send,
     read_body,
     response_headers,
+    send_bytes,
     send_error,
     send_json,
 )
@@ -55,7 +60,13 @@ class Gateway:
                 settings = settings.model_copy(update={"location": simulated.client_location})
         self.settings = settings
         self.upstreams = Upstreams(settings.upstreams, settings.place)
-        self.journeys = RecentJourneys()
+        self.journeys = RecentJourneys(settings.journeys.recent)
+        self.metrics = Metrics()
+        journeys = settings.journeys
+        journey_log = None
+        if journeys.log:
+            journey_log = JourneyLog(journeys.log, journeys.max_rows, journeys.max_age_days * 86400)
+        self.sink = JourneySink(journey_log, self.metrics)
         self.alarms = Alarms()
         # request ids: a per-process random prefix and a counter; unique without a syscall per request
         self._id_prefix = os.urandom(6).hex().encode()
@@ -75,6 +86,7 @@ class Gateway:
             self.routes.setdefault(path, {})[method] = handler
         self.routes["/v1/journeys"] = {"GET": self.journey_list}
         self.prefix_routes: dict[str, dict[str, Handler]] = {"/v1/journeys/": {"GET": self.journey}}
+        self.routes["/metrics"] = {"GET": self.prometheus}
         self.routes["/healthz"] = {"GET": self.healthz}
         self.routes["/readyz"] = {"GET": self.readyz}
 
@@ -92,6 +104,7 @@ class Gateway:
             if message["type"] == "lifespan.startup":
                 try:
                     self.alarms.start()
+                    self.sink.start()
                     if self.embedded is not None:
                         await self.embedded.start()
                     await self.upstreams.start()
@@ -104,6 +117,7 @@ class Gateway:
                 if self.embedded is not None:
                     await self.embedded.close()
                 await self.alarms.close()
+                await asyncio.to_thread(self.sink.close)  # the last journeys reach the log
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
@@ -124,10 +138,7 @@ class Gateway:
                 raise GatewayError(405, f"{scope['method']} is not allowed on {scope['path']}; use "
                                         f"{', '.join(methods)}.", code="method_not_allowed",
                                    headers={"allow": ", ".join(methods)})
-            try:
-                await handler(scope, receive, send, base, timeline)
-            finally:
-                timeline.last_byte = timeline.last_byte or perf_counter()
+            await handler(scope, receive, send, base, timeline)
         except GatewayError as error:
             timeline.status = error.status
             await send_error(send, error, response_headers(base, timeline))
@@ -145,6 +156,10 @@ class Gateway:
             except Exception:
                 pass
             timeline.status = 500
+        finally:
+            if timeline.tenant:  # a journey: it reached the point of being somebody's request
+                timeline.last_byte = timeline.last_byte or perf_counter()
+                self.sink.put(timeline)
 
     # --- endpoints ---------------------------------------------------------------------------
 
@@ -172,6 +187,7 @@ class Gateway:
     async def embeddings(self, scope: Scope, receive: Receive, send: Send, base: Headers,
                          timeline: Timeline) -> None:
         self._record(scope, timeline)
+        timeline.operation = "embeddings"
         body = validate.parse_json_object(await read_body(scope, receive, self.max_body))
         timeline.model = validate.embeddings_request(body)
         targets = self.resolver.resolve(timeline.model)
@@ -216,6 +232,12 @@ class Gateway:
         limit = _query_int(scope, "limit", default=20, low=1, high=1000)
         journeys = [attribute(t).to_dict() for t in self.journeys.latest(limit, self._visible_to(scope))]
         await send_json(send, 200, {"object": "list", "data": journeys}, response_headers(base, timeline))
+
+    async def prometheus(self, scope: Scope, receive: Receive, send: Send, base: Headers,
+                         timeline: Timeline) -> None:
+        self.keys.tenant(scope)  # with client keys configured, a scraper sends one too
+        await send_bytes(send, 200, self.metrics.exposition(), response_headers(base, timeline),
+                         (b"content-type", METRICS_CONTENT_TYPE.encode()))
 
     async def healthz(self, scope: Scope, receive: Receive, send: Send, base: Headers, timeline: Timeline) -> None:
         await send_json(send, 200, {"status": "ok"}, response_headers(base, timeline))

@@ -163,7 +163,8 @@ async def forward_complete(upstreams: Upstreams, alarms: Alarms, targets: list[T
             break
         headers = response_headers(base_headers, timeline) + passthrough_headers(response)
         answer = translate(link, data)
-        timeline.output_tokens = completion_tokens(answer)
+        timeline.output_tokens = usage_count(answer, _COMPLETION_TOKENS)
+        timeline.input_tokens = usage_count(answer, _PROMPT_TOKENS)
         timeline.status = response.status
         await send_bytes(send, response.status, answer, headers)
         timeline.last_byte = perf_counter()
@@ -264,8 +265,9 @@ class StreamForwarder:
                       first_token_deadline=deadline, idle_s=link.settings.timeouts.idle, upstream=link.name)
         result = await relay.run()
         usage = result.usage or {}
-        tokens = usage.get("completion_tokens")
-        self.timeline.output_tokens = tokens if isinstance(tokens, int) else None
+        output, prompt = usage.get("completion_tokens"), usage.get("prompt_tokens")
+        self.timeline.output_tokens = output if isinstance(output, int) else None
+        self.timeline.input_tokens = prompt if isinstance(prompt, int) else None
         if not self.ended:
             await self.heartbeat.stop()
             await self.send({"type": "http.response.body", "body": b""})
@@ -305,14 +307,15 @@ class StreamForwarder:
 
 
 _COMPLETION_TOKENS = b'"completion_tokens":'
+_PROMPT_TOKENS = b'"prompt_tokens":'
 
 
-def completion_tokens(answer: bytes) -> int | None:
-    """The usage count in an OpenAI-format answer, found without parsing it all (it can be large)."""
-    at = answer.rfind(_COMPLETION_TOKENS)
+def usage_count(answer: bytes, field: bytes) -> int | None:
+    """A usage count in an OpenAI-format answer, found without parsing it all (it can be large)."""
+    at = answer.rfind(field)
     if at < 0:
         return None
-    digits = answer[at + len(_COMPLETION_TOKENS):at + len(_COMPLETION_TOKENS) + 12].lstrip()
+    digits = answer[at + len(field):at + len(field) + 12].lstrip()
     end = 0
     while end < len(digits) and digits[end:end + 1].isdigit():
         end += 1

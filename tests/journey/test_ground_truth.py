@@ -1,0 +1,111 @@
+"""The X-ray against ground truth: the simulated region (its own distance at zero) in the far network
+namespace, 120 ms of packet-level delay away, and the gateway with its client in the near one. The
+gateway's journey must find the injected round trip in `connect` and `rtt`, the region's own
+Server-Timing in `queue+prefill`, its `sim-timing` in `decode`, and a warm connection must save the
+handshake it should."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from firsttoken.lab.delayline import DelayLine
+
+RTT_MS = 120.0
+SIM_PORT, GATEWAY_PORT = 9001, 8787
+# A model at a real provider's pace (18.5 ms a token: six per round trip). A much faster one (llama-3.2-1b
+# writes 70 tokens per 120 ms round trip) outruns TCP's initial congestion window of ten segments on a
+# long path, and the decode the gateway sees is rightly longer than the region's own.
+SIM_MODEL = ["--model", "llama-3.3-70b", "--gpu", "h100", "--tp", "2", "--precision", "fp8"]
+
+# Runs in the near namespace: one stream on a cold connection, then three on the warm one; prints each
+# one's journey (from the gateway) and the region's decode (from the stream's sim-timing comment).
+CLIENT = textwrap.dedent("""
+    import json, re, sys, time, httpx
+    base = sys.argv[1]
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(base + "/readyz", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    body = {"model": "far/llama-3.3-70b", "max_tokens": 40, "stream": True,
+            "messages": [{"role": "user", "content": "how far is the GPU?"}]}
+    out = []
+    with httpx.Client(timeout=30) as client:
+        for _ in range(4):
+            with client.stream("POST", base + "/v1/chat/completions", json=body) as response:
+                text = response.read().decode()
+            decode = float(re.search(r": sim-timing decode;dur=([0-9.]+)", text).group(1))
+            journey = client.get(base + "/v1/journeys/" + response.headers["x-request-id"]).json()
+            out.append({"journey": journey, "sim_decode": decode})
+    print(json.dumps(out))
+""")
+
+
+def wait_for_port(line: DelayLine, ns: str, host: str, port: int) -> None:
+    probe = f"import socket; socket.create_connection(({host!r}, {port}), timeout=1).close()"
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if line.run(ns, [sys.executable, "-c", probe], capture_output=True).returncode == 0:
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"nothing listening on {host}:{port} in {ns}")
+
+
+@pytest.fixture(scope="module")
+def journeys(tmp_path_factory) -> Iterator[list[dict]]:
+    reason = DelayLine.unavailable_reason()
+    if reason:
+        pytest.skip(f"delay line unavailable: {reason}")
+    work: Path = tmp_path_factory.mktemp("ground-truth")
+    with DelayLine(rtt_ms=RTT_MS) as line:
+        line.run_in(line.server_ns, [sys.executable, "-m", "firsttoken", "sim", "--host", line.server_ip,
+                                     "--port", str(SIM_PORT), *SIM_MODEL],
+                    stdout=subprocess.DEVNULL, stderr=(work / "sim.log").open("w"))
+        wait_for_port(line, line.client_ns, line.server_ip, SIM_PORT)
+        config = work / "firsttoken.yaml"
+        config.write_text(yaml.safe_dump({"upstreams": {"far": {
+            "url": f"http://{line.server_ip}:{SIM_PORT}/v1", "pool": {"warm": 0}}}}))  # the first request connects
+        line.run_in(line.client_ns, [sys.executable, "-m", "firsttoken", "serve", "--config", str(config),
+                                     "--port", str(GATEWAY_PORT)],
+                    stdout=subprocess.DEVNULL, stderr=(work / "gateway.log").open("w"))
+        client = work / "client.py"
+        client.write_text(CLIENT)
+        result = line.run(line.client_ns, [sys.executable, str(client), f"http://127.0.0.1:{GATEWAY_PORT}"],
+                          capture_output=True, text=True, timeout=90)
+        assert result.returncode == 0, result.stderr + (work / "gateway.log").read_text()
+        yield json.loads(result.stdout)
+
+
+def test_a_cold_connection_costs_one_round_trip_and_is_measured(journeys) -> None:
+    cold = journeys[0]["journey"]
+    assert cold["reused_connection"] is False
+    assert cold["phases"]["connect"] == pytest.approx(RTT_MS, rel=0.05)  # plain HTTP: the TCP handshake
+    assert cold["phases"]["rtt"] == pytest.approx(RTT_MS, rel=0.05)
+
+
+def test_warm_requests_report_the_injected_round_trip(journeys) -> None:
+    for sample in journeys[1:]:
+        journey = sample["journey"]
+        phases, truth = journey["phases"], journey["upstream_timing"]
+        assert journey["reused_connection"] is True and phases["connect"] == 0
+        assert phases["rtt"] == pytest.approx(RTT_MS, rel=0.05)
+        assert phases["queue+prefill"] == pytest.approx(truth["queue"] + truth["cold"] + truth["prefill"], abs=5.0)
+        assert phases["decode"] == pytest.approx(sample["sim_decode"], rel=0.05)
+        assert journey["verdict"].startswith("most of this wait was distance: a 12")
+
+
+def test_a_warm_connection_saves_the_handshake(journeys) -> None:
+    cold = journeys[0]["journey"]["phases"]["ttfb"]
+    warm = min(s["journey"]["phases"]["ttfb"] for s in journeys[1:])
+    assert cold - warm == pytest.approx(RTT_MS, abs=0.05 * RTT_MS)
