@@ -116,6 +116,75 @@ def sim(config_path: str | None, host: str, port: int, models: tuple[str, ...], 
                 handler_cancellation=True, loop=_fast_loop())
 
 
+@main.command()
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="firsttoken.yaml whose journeys.log to read (default: as `serve` finds its settings).")
+@click.option("--log", "log_path", type=click.Path(dir_okay=False), default=None, help="The journey log file itself.")
+@click.option("--since", default=None, help="Only journeys since then: 30m, 6h, 7d, or a date (2026-12-01T09:00).")
+@click.option("--model", default=None, help="Only this model (as asked for, or the upstream's name for it).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+def journeys(config_path: str | None, log_path: str | None, since: str | None, model: str | None,
+             as_json: bool) -> None:
+    """Percentiles per upstream and where the time went, from the journey log."""
+    import json
+    from pathlib import Path
+
+    from firsttoken.journey import log as journey_log
+    from firsttoken.journey.summary import parse_since, summarise
+
+    if log_path is None:
+        try:
+            log_path = config_module.load(config_path).journeys.log
+        except ConfigError as exc:
+            err.print(f"firsttoken journeys: {exc}", markup=False, soft_wrap=True)
+            sys.exit(2)
+    if not log_path or not Path(log_path).is_file():
+        err.print(f"firsttoken journeys: no journey log at {log_path}; the gateway writes one where its "
+                  f"journeys.log says (default firsttoken-journeys.db in its working directory).", markup=False,
+                  soft_wrap=True)
+        sys.exit(2)
+    try:
+        start = parse_since(since) if since else None
+    except ValueError as exc:
+        err.print(f"firsttoken journeys: {exc}", markup=False)
+        sys.exit(2)
+    summary = summarise(journey_log.read(log_path, start, model))
+    if as_json:
+        click.echo(json.dumps({"log": str(log_path), "since": start, "model": model, "upstreams": summary}, indent=2))
+        return
+    _print_journeys(summary, str(log_path))
+
+
+def _print_journeys(summary: dict[str, dict[str, Any]], log_path: str) -> None:
+    from rich.table import Table
+
+    out = Console(highlight=False)
+    if not summary:
+        out.print(f"No journeys in {log_path} for that selection.")
+        return
+
+    def ms(entry: dict[str, Any], phase: str, q: str = "p50") -> str:
+        value = entry[phase][q]
+        return "—" if value is None else (f"{value / 1000:.2f} s" if value >= 10_000 else f"{value:.0f} ms"
+                                          if value >= 10 else f"{value:.1f} ms")
+
+    latency = Table(title=f"Journeys in {log_path}", title_justify="left")
+    for column in ("upstream", "requests", "errors", "ttft p50", "ttft p95", "e2e p50", "e2e p95", "tok/s"):
+        latency.add_column(column, justify="left" if column == "upstream" else "right")
+    for name, e in summary.items():
+        rate = e["tokens_per_s"]["p50"]
+        latency.add_row(name, str(e["requests"]), str(e["errors"]), ms(e, "ttft"), ms(e, "ttft", "p95"),
+                        ms(e, "e2e"), ms(e, "e2e", "p95"), "—" if rate is None else f"{rate:.0f}")
+    out.print(latency)
+    phases = Table(title="Where the time went (medians)", title_justify="left")
+    for column in ("upstream", "client rtt", "gateway", "connect", "rtt", "floor", "queue+prefill", "decode"):
+        phases.add_column(column, justify="left" if column == "upstream" else "right")
+    for name, e in summary.items():
+        phases.add_row(name, *(ms(e, p) for p in ("client rtt", "gateway", "connect", "rtt", "floor",
+                                                  "queue+prefill", "decode")))
+    out.print(phases)
+
+
 def _fast_loop() -> Any:
     """uvloop where it is installed (it is a dependency off Windows), else asyncio's own loop."""
     try:

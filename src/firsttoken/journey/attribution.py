@@ -130,7 +130,7 @@ def verdict(journey: Journey, provider_ms: float | None = None) -> str:
         "queue": p.queue_prefill or 0.0,
         "provider": provider_ms if p.queue_prefill is None and provider_ms else 0.0,
     }
-    largest = max(parts, key=parts.__getitem__)
+    largest = max(parts, key=parts.__getitem__) if any(parts.values()) else None
     if cold and cold >= 0.5 * (p.queue_prefill or 0.0) and cold >= 200:
         words = f"a cold start: {cold / 1000:.1f} s before the first token"
     elif largest == "client":
@@ -145,8 +145,10 @@ def verdict(journey: Journey, provider_ms: float | None = None) -> str:
     elif largest == "provider":
         words = (f"most of this wait was the provider: {provider_ms:.0f} ms of queue, prefill and generation "
                  f"(stream to see them apart)")
-    else:
+    elif largest == "gateway":
         words = f"most of this wait was the gateway itself: {p.gateway:.1f} ms"
+    else:  # nothing measured beyond the total (no TCP socket to read, no first byte)
+        words = f"{p.e2e:.0f} ms from request to last byte"
     tokens = journey.output_tokens or journey.token_events
     if journey.tokens_per_s and tokens:
         words += f"; generation: {tokens} tokens at {journey.tokens_per_s:.0f} tok/s"

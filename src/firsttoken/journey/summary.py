@@ -1,0 +1,56 @@
+"""Percentiles per upstream and where the time went, from the journey log: what `firsttoken journeys`
+prints."""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections import defaultdict
+from datetime import datetime
+from typing import Any
+
+# The log's columns summarised, in the order a request meets them.
+PHASES = ("client_rtt", "gateway", "connect", "ttfb", "rtt", "floor", "queue_prefill", "ttft", "decode", "e2e")
+LABELS = {"queue_prefill": "queue+prefill", "client_rtt": "client rtt"}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_since(text: str, now: float | None = None) -> float:
+    """"90s", "30m", "6h", "7d" before now, or an ISO date/time, as unix time."""
+    now = time.time() if now is None else now
+    if match := _DURATION.match(text):
+        return now - float(match[1]) * _UNIT_S[match[2]]
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        raise ValueError(f"--since {text!r}: give a duration such as 30m, 6h or 7d, or a date such as "
+                         f"2026-12-01 or 2026-12-01T09:00") from None
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in 0..100); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+def summarise(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per upstream: requests, errors, p50/p95 of each phase (ms) and of tokens/s."""
+    by_upstream: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        by_upstream[r["upstream"] or "(none)"].append(r)
+    summary: dict[str, dict[str, Any]] = {}
+    for upstream, group in sorted(by_upstream.items()):
+        ok = [r for r in group if (r["status"] or 0) < 400]
+        entry: dict[str, Any] = {"requests": len(group), "errors": len(group) - len(ok),
+                                 "models": sorted({r["route"] or r["model"] for r in group})}
+        for phase in PHASES:
+            values = [r[phase] for r in ok if r[phase] is not None]
+            entry[LABELS.get(phase, phase)] = {"p50": percentile(values, 50), "p95": percentile(values, 95)}
+        rates = [r["tokens_per_s"] for r in ok if r["tokens_per_s"]]
+        entry["tokens_per_s"] = {"p50": percentile(rates, 50), "p95": percentile(rates, 95)}
+        summary[upstream] = entry
+    return summary
