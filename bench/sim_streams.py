@@ -65,9 +65,10 @@ async def load(base: str, model: str, streams: int, prompt_tokens: int, max_toke
         await one_stream(session, base + "/v1/chat/completions", model, 10, 4, -1)  # warm the imports and paths
         await session.delete(base + "/sim/stats")
         started = time.perf_counter()
-        results = await asyncio.gather(*(one_stream(session, base + "/v1/chat/completions", model, prompt_tokens, max_tokens, i,
-                                                    i * ramp_s / streams)
-                                         for i in range(streams)), return_exceptions=True)
+        url = base + "/v1/chat/completions"
+        results = await asyncio.gather(*(one_stream(session, url, model, prompt_tokens, max_tokens, i,
+                                                    i * ramp_s / streams) for i in range(streams)),
+                                       return_exceptions=True)
         elapsed = time.perf_counter() - started
         async with session.get(base + "/sim/stats") as response:
             stats = await response.json()

@@ -62,8 +62,10 @@ def test_stream_follows_the_engine_schedule(client) -> None:
             usage = chunk.usage
     assert content == "".join(text.answer(40, []).pieces) and usage.completion_tokens == 40
     decode = DEPLOYMENT.decode_step_s(text.prompt_tokens(MESSAGES) + 20, 1)
-    # 39 decode steps after the first token; the schedule is absolute, so the total cannot drift
-    assert arrivals[-1] - arrivals[0] == pytest.approx(39 * decode, rel=0.25)
+    # 39 decode steps after the first token: no token comes before its step has ended, and the schedule
+    # is absolute, so however late a read is (this client shares a process with the region), the total
+    # does not drift
+    assert 0.95 * 39 * decode <= arrivals[-1] - arrivals[0] < 39 * decode + 0.1
     assert arrivals[-1] - started < 1.0
 
 
