@@ -65,7 +65,7 @@ def test_stream_follows_the_engine_schedule(client) -> None:
     # 39 decode steps after the first token: no token comes before its step has ended, and the schedule
     # is absolute, so however late a read is (this client shares a process with the region), the total
     # does not drift
-    assert 0.95 * 39 * decode <= arrivals[-1] - arrivals[0] < 39 * decode + 0.1
+    assert 0.9 * 39 * decode <= arrivals[-1] - arrivals[0] < 39 * decode + 0.1
     assert arrivals[-1] - started < 1.0
 
 
