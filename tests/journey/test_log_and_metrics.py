@@ -14,7 +14,7 @@ import pytest
 
 from conftest import UPSTREAM_KEY
 from firsttoken.journey import log as journey_log
-from firsttoken.journey.attribution import attribute
+from firsttoken.journey.attribution import phases
 from firsttoken.journey.log import JourneyLog, row
 from firsttoken.journey.metrics import Metrics
 from firsttoken.journey.sink import JourneySink
@@ -85,11 +85,16 @@ def finished(request_id: str, tenant: str = "t") -> Timeline:
     return t
 
 
+def logged(request_id: str, at: float) -> tuple:
+    timeline = finished(request_id)
+    return row(timeline, phases(timeline)[0], at)
+
+
 def test_the_log_is_bounded_by_rows_and_age(tmp_path) -> None:
     log = JourneyLog(tmp_path / "j.db", max_rows=1000, max_age_s=3600)
     now = time.time()
-    log.write([row(attribute(finished(f"old{i}")), now - 7200) for i in range(10)])
-    log.write([row(attribute(finished(f"new{i}")), now - i) for i in range(1200)])
+    log.write([logged(f"old{i}", now - 7200) for i in range(10)])
+    log.write([logged(f"new{i}", now - i) for i in range(1200)])
     log.prune(now)
     rows = journey_log.read(tmp_path / "j.db")
     assert len(rows) == 1000 and not any(r["id"].startswith("old") for r in rows)
@@ -98,13 +103,12 @@ def test_the_log_is_bounded_by_rows_and_age(tmp_path) -> None:
 
 
 def test_the_sink_drops_the_oldest_when_it_falls_behind(tmp_path) -> None:
-    sink = JourneySink(None, Metrics(), capacity=3)
-    for i in range(5):
+    sink = JourneySink(JourneyLog(tmp_path / "j.db", 1000, 3600), Metrics(), capacity=3)
+    for i in range(5):  # the writer is not started: nothing drains
         sink.put(finished(f"r{i}"))
     assert sink.dropped == 2
-    sink.start()
-    sink.close()
-    assert [t for t in sink._pending] == []
+    sink.close()  # writes what is left
+    assert [r["id"] for r in journey_log.read(tmp_path / "j.db")] == ["r2", "r3", "r4"]
 
 
 def test_summary_helpers() -> None:
@@ -112,6 +116,6 @@ def test_summary_helpers() -> None:
     assert parse_since("30m", now=10_000) == 10_000 - 1800 and parse_since("2d", now=200_000) == 200_000 - 172_800
     with pytest.raises(ValueError):
         parse_since("soon")
-    rows = [row(attribute(finished("a")), 0.0), row(attribute(finished("b")), 1.0)]
+    rows = [logged("a", 0.0), logged("b", 1.0)]
     summary = summarise([dict(zip(journey_log.COLUMNS, r, strict=True)) for r in rows])
     assert summary["up"]["requests"] == 2 and summary["up"]["ttfb"]["p50"] == pytest.approx(10, abs=0.01)

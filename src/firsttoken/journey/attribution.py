@@ -1,8 +1,8 @@
 """Where a request's time went: the timeline turned into the journey vocabulary's phases (DESIGN.md)
 and a verdict in plain words.
 
-Computed when someone asks (GET /v1/journeys, the log writer), never on the request's own path: the
-request only fills its Timeline.
+The phases are arithmetic on the timeline, computed once as the request ends (for the metrics and the
+log); the verdict and the rest of a Journey only when someone asks (GET /v1/journeys).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 from firsttoken.journey.timeline import Timeline
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Phases:
     """Milliseconds; None where this request cannot know (no TCP socket, no location, no tokens)."""
 
@@ -80,8 +80,9 @@ def parse_server_timing(header: str | None) -> dict[str, float]:
     return timings
 
 
-def attribute(timeline: Timeline) -> Journey:
-    upstream_timing = parse_server_timing(timeline.upstream_timing)
+def phases(timeline: Timeline) -> tuple[Phases, float | None, dict[str, float]]:
+    """The phases; the provider's whole time (ttfb − connect − rtt); the upstream's own Server-Timing."""
+    upstream_timing = parse_server_timing(timeline.upstream_timing) if timeline.upstream_timing else {}
     measured = timeline.rtt_ms()
     # A simulated region declares the distance it adds (`distance`): on the wire it is a round trip too.
     simulated = upstream_timing.get("distance", 0.0)
@@ -99,17 +100,26 @@ def attribute(timeline: Timeline) -> Journey:
         declared = [upstream_timing[k] for k in ("queue", "cold", "prefill") if k in upstream_timing]
         queue_prefill = min(sum(declared), provider) if declared and provider is not None else None
         decode = provider - queue_prefill if queue_prefill is not None and provider is not None else None
-    phases = Phases(
+    result = Phases(
         client_rtt=timeline.client_rtt.smoothed_ms if timeline.client_rtt is not None else None,
         gateway=timeline.gateway_ms(), cache=timeline.cache_ms, connect=connect, ttfb=ttfb, rtt=rtt, floor=floor,
         distance_tax=rtt - floor if rtt is not None and floor is not None else None,
         queue_prefill=queue_prefill, ttft=timeline.ttft_ms() if timeline.first_token else None, decode=decode,
         e2e=timeline.e2e_ms())
+    return result, provider, upstream_timing
+
+
+def tokens_per_s(timeline: Timeline, p: Phases) -> float | None:
     tokens = timeline.output_tokens if timeline.output_tokens is not None else (timeline.token_events or None)
-    rate = tokens / (decode / 1000.0) if tokens and decode and tokens > 1 else None
+    return tokens / (p.decode / 1000.0) if tokens and p.decode and tokens > 1 else None
+
+
+def attribute(timeline: Timeline) -> Journey:
+    p, provider, upstream_timing = phases(timeline)
+    rate = tokens_per_s(timeline, p)
     itl_max = timeline.max_gap * 1000.0 if timeline.token_events > 1 else None
     journey = Journey(timeline.request_id, timeline.operation, timeline.tenant, timeline.model, timeline.route,
-                      timeline.upstream, timeline.stream, timeline.status, timeline.attempts, timeline.reused, phases,
+                      timeline.upstream, timeline.stream, timeline.status, timeline.attempts, timeline.reused, p,
                       timeline.output_tokens, timeline.input_tokens, timeline.token_events, rate, itl_max,
                       upstream_timing)
     return Journey(**{**journey.__dict__, "verdict": verdict(journey, provider)})

@@ -13,9 +13,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import orjson
-
-from firsttoken.journey.attribution import Journey
+from firsttoken.journey.attribution import Phases, tokens_per_s
+from firsttoken.journey.timeline import Timeline
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS journeys (
@@ -26,8 +25,7 @@ CREATE TABLE IF NOT EXISTS journeys (
     client_rtt REAL, gateway REAL, cache REAL, connect REAL, ttfb REAL, rtt REAL, floor REAL,
     distance_tax REAL, queue_prefill REAL, ttft REAL, decode REAL, e2e REAL,
     output_tokens INTEGER, tokens_per_s REAL, itl_max REAL,
-    upstream_timing TEXT,           -- the upstream's own Server-Timing, as JSON
-    verdict TEXT
+    upstream_timing TEXT            -- the upstream's own Server-Timing header, as it sent it
 );
 CREATE INDEX IF NOT EXISTS journeys_at ON journeys (at);
 CREATE INDEX IF NOT EXISTS journeys_upstream_at ON journeys (upstream, at);
@@ -35,7 +33,7 @@ CREATE INDEX IF NOT EXISTS journeys_upstream_at ON journeys (upstream, at);
 
 COLUMNS = ("id", "at", "tenant", "model", "route", "upstream", "stream", "status", "attempts", "reused",
            "client_rtt", "gateway", "cache", "connect", "ttfb", "rtt", "floor", "distance_tax", "queue_prefill",
-           "ttft", "decode", "e2e", "output_tokens", "tokens_per_s", "itl_max", "upstream_timing", "verdict")
+           "ttft", "decode", "e2e", "output_tokens", "tokens_per_s", "itl_max", "upstream_timing")
 _INSERT = f"INSERT OR REPLACE INTO journeys ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
 
 
@@ -47,13 +45,13 @@ def connect(path: str | Path) -> sqlite3.Connection:
     return db
 
 
-def row(journey: Journey, at: float) -> tuple[Any, ...]:
-    p = journey.phases
-    return (journey.request_id, at, journey.tenant, journey.model, journey.route, journey.upstream,
-            int(journey.stream), journey.status, journey.attempts, int(journey.reused_connection),
+def row(timeline: Timeline, p: Phases, at: float) -> tuple[Any, ...]:
+    """The log's row for a finished request: its phases and facts, no verdict (that is words, made on reading)."""
+    return (timeline.request_id, at, timeline.tenant, timeline.model, timeline.route, timeline.upstream,
+            int(timeline.stream), timeline.status, timeline.attempts, int(timeline.reused),
             p.client_rtt, p.gateway, p.cache, p.connect, p.ttfb, p.rtt, p.floor, p.distance_tax, p.queue_prefill,
-            p.ttft, p.decode, p.e2e, journey.output_tokens, journey.tokens_per_s, journey.itl_max_ms,
-            orjson.dumps(journey.upstream_timing).decode() if journey.upstream_timing else None, journey.verdict)
+            p.ttft, p.decode, p.e2e, timeline.output_tokens, tokens_per_s(timeline, p),
+            timeline.max_gap * 1000.0 if timeline.token_events > 1 else None, timeline.upstream_timing)
 
 
 class JourneyLog:

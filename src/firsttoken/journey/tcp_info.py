@@ -52,12 +52,33 @@ def rtt_of(sock: Any) -> Rtt | None:
     return Rtt(smoothed / 1000.0, min_rtt / 1000.0 if min_rtt and min_rtt != 0xFFFFFFFF else None)
 
 
-def client_socket(receive: Any) -> Any:
-    """The client's socket behind an ASGI `receive`. ASGI does not expose it; uvicorn's `receive` is a
+def client_transport(receive: Any) -> Any:
+    """The client's transport behind an ASGI `receive`. ASGI does not expose it; uvicorn's `receive` is a
     method of its per-request cycle, which holds the transport. Any other server gives None."""
-    transport = getattr(getattr(receive, "__self__", None), "transport", None)
-    return transport.get_extra_info("socket") if transport is not None else None
+    return getattr(getattr(receive, "__self__", None), "transport", None)
 
 
-def transport_socket(transport: Any) -> Any:
-    return transport.get_extra_info("socket") if transport is not None else None
+class RttReader:
+    """A connection's RTT, read from the kernel at most once per `max_age_s`: the estimate moves slowly,
+    and a getsockopt for every request on a kept-alive connection cost more than the rest of the X-ray.
+
+    Connections are told apart by the transport's identity and its peer address (an id alone can be
+    reused by the next connection once one closes); `fresh=True` reads a new connection at once."""
+
+    def __init__(self, max_age_s: float = 1.0, max_entries: int = 4096) -> None:
+        self.max_age_s = max_age_s
+        self.max_entries = max_entries
+        self._read: dict[tuple[int, Any], tuple[float, Rtt | None]] = {}
+
+    def rtt(self, transport: Any, now: float, fresh: bool = False) -> Rtt | None:
+        if transport is None:
+            return None
+        key = (id(transport), transport.get_extra_info("peername"))
+        known = self._read.get(key)
+        if known is not None and not fresh and now - known[0] < self.max_age_s:
+            return known[1]
+        rtt = rtt_of(transport.get_extra_info("socket"))
+        if len(self._read) >= self.max_entries:
+            self._read.clear()
+        self._read[key] = (now, rtt)
+        return rtt

@@ -21,7 +21,7 @@ from firsttoken.journey.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from firsttoken.journey.metrics import Metrics
 from firsttoken.journey.recent import RecentJourneys
 from firsttoken.journey.sink import JourneySink
-from firsttoken.journey.tcp_info import client_socket, rtt_of
+from firsttoken.journey.tcp_info import RttReader, client_transport
 from firsttoken.journey.timeline import Timeline
 from firsttoken.routing.targets import Target, TargetResolver
 from firsttoken.server import validate
@@ -61,6 +61,7 @@ class Gateway:
         self.settings = settings
         self.upstreams = Upstreams(settings.upstreams, settings.place)
         self.journeys = RecentJourneys(settings.journeys.recent)
+        self.client_rtt = RttReader()
         self.metrics = Metrics()
         journeys = settings.journeys
         journey_log = None
@@ -124,7 +125,7 @@ class Gateway:
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         request_id = b"req_%s%x" % (self._id_prefix, next(self._ids))
         timeline = Timeline(request_id.decode())
-        timeline.client_rtt = rtt_of(client_socket(receive))
+        timeline.client_rtt = self.client_rtt.rtt(client_transport(receive), timeline.received)
         base: Headers = [(b"x-request-id", request_id)]
         methods = self.routes.get(scope["path"])
         if methods is None:

@@ -17,7 +17,7 @@ import aiohttp
 
 from firsttoken.alarms import Alarms
 from firsttoken.errors import GatewayError, bad_gateway, gateway_timeout
-from firsttoken.journey.tcp_info import rtt_of, transport_socket
+from firsttoken.journey.tcp_info import RttReader
 from firsttoken.journey.timeline import Timeline
 from firsttoken.relay import Relay
 from firsttoken.routing.targets import Target
@@ -62,6 +62,9 @@ def _connection_error(link: UpstreamLink, exc: BaseException) -> GatewayError:
                        f"{': ' + str(exc) if str(exc) else ''}")
 
 
+UPSTREAM_RTT = RttReader()  # the upstream connections of this process
+
+
 def _timeout(link: UpstreamLink, which: str = "first_byte") -> GatewayError:
     """A 504 naming the timeout that ran out: `first_byte` (no answer) or `idle` (a body that stalled)."""
     seconds = getattr(link.settings.timeouts, which)
@@ -87,7 +90,8 @@ async def _open(link: UpstreamLink, request: UpstreamRequest, timeline: Timeline
     timeline.reused = opened_ms is None
     timeline.connect_ms = opened_ms or 0.0
     protocol = getattr(response, "_protocol", None)  # see TimedConnector.connect_ms
-    timeline.upstream_rtt = rtt_of(transport_socket(getattr(protocol, "transport", None)))
+    timeline.upstream_rtt = UPSTREAM_RTT.rtt(getattr(protocol, "transport", None), timeline.first_byte,
+                                             fresh=opened_ms is not None)
     timeline.upstream_timing = response.headers.get("Server-Timing")
     return response
 
