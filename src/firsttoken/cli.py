@@ -206,6 +206,9 @@ def _banner(settings: Settings, workers: int) -> None:
     simulated = settings.simulated
     if simulated is not None:
         err.print(f"  upstream [cyan]{SIM_UPSTREAM}[/]: a simulated region in this process: {simulated.describe()}")
+        if workers > 1:
+            err.print(f"  note: each of the {workers} workers runs its own simulated region (its own GPUs and "
+                      f"rate limits); run `firsttoken sim` once and point an upstream at it to share one")
         if not settings.upstreams:
             click.echo(NOTHING_CONFIGURED, err=True)  # already wrapped for a terminal
             model = simulated.models[0]

@@ -49,11 +49,13 @@ def test_a_streams_journey_matches_the_regions_ground_truth(gateway) -> None:
     lagos, ashburn = resolve("lagos"), resolve("aws:us-east-1")
     floor = physics.floor_rtt_ms(physics.great_circle_km(lagos.lat, lagos.lon, ashburn.lat, ashburn.lon))
     assert p["floor"] == pytest.approx(floor, abs=0.01)
-    assert p["rtt"] == pytest.approx(truth["distance"], abs=2.0)  # loopback plus the region's simulated fibre
+    # loopback plus the region's simulated fibre (the strict checks are behind the delay line, in
+    # test_ground_truth.py; here the region shares a busy machine with the rest of the suite)
+    assert p["rtt"] == pytest.approx(truth["distance"], abs=2.0)
     assert p["distance tax"] == pytest.approx(p["rtt"] - p["floor"], abs=0.02)
-    assert p["queue+prefill"] == pytest.approx(truth["queue"] + truth["cold"] + truth["prefill"], abs=5.0)
+    assert p["queue+prefill"] == pytest.approx(truth["queue"] + truth["cold"] + truth["prefill"], abs=15.0)
     sim_decode = float(re.search(r": sim-timing decode;dur=([\d.]+)", body).group(1))
-    assert p["decode"] == pytest.approx(sim_decode, rel=0.05)
+    assert p["decode"] == pytest.approx(sim_decode, rel=0.15)
     assert journey["output_tokens"] == 40 and journey["tenant"] == "alice" and journey["stream"] is True
     assert journey["verdict"].startswith("most of this wait was distance: a ")
     assert "speed of light in fibre; generation: 40 tokens at " in journey["verdict"]

@@ -32,10 +32,17 @@ def test_tokens_and_a_refusal_costs_nothing() -> None:
     assert limits.take("k", 5000, now=0.0).retry_after_s == math.inf  # can never fit a minute
 
 
-def test_quiet_keys_are_forgotten(monkeypatch) -> None:
-    monkeypatch.setattr("firsttoken.sim.ratelimit.MAX_TRACKED", 10)
+def test_quiet_keys_are_forgotten() -> None:
     limits = KeyLimits(rpm=5)
+    limits._sweep_at = 10
     for i in range(10):
         limits.take(f"key{i}", 1, now=0.0)
     limits.take("late", 1, now=120.0)  # the others have refilled: their buckets go
     assert list(limits._buckets) == [("late", "requests")]
+
+
+def test_retry_after_is_the_longest_wait() -> None:
+    limits = KeyLimits(rpm=2, tpm=2000)
+    assert limits.take("k", 1000, now=0.0) is None and limits.take("k", 1000, now=0.0) is None
+    refusal = limits.take("k", 2000, now=15.0)  # half a request back, but only 500 of the 2000 tokens
+    assert refusal.limit == "tokens" and refusal.retry_after_s == pytest.approx(45.0)

@@ -1,9 +1,10 @@
 """Places by name: cities (cities.csv, from GeoNames), cloud regions (regions.csv), or "lat,lon".
 
-`resolve("lagos")`, `resolve("ashburn, us")`, `resolve("aws:us-east-1")`, `resolve("us-east-1")` and
+`resolve("lagos")`, `resolve("san jose, cr")`, `resolve("aws:us-east-1")`, `resolve("us-east-1")` and
 `resolve("6.45,3.39")` all give a Place; a name that matches nothing raises GeoError with the closest
-known names. A city name shared by several places means the most populous (Lagos is Nigeria's, not
-Portugal's); ", CC" with a country code picks another.
+known names. A city name shared by several places means the most populous (San Jose is California's);
+", CC" with an ISO country code picks another. Towns too small for the table (Ashburn, where us-east-1
+is) are reached by their region's code.
 """
 
 from __future__ import annotations

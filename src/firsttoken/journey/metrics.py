@@ -59,9 +59,9 @@ class Metrics:
         if timeline.input_tokens is not None:
             self.tokens.of(*labels, "input").observe(timeline.input_tokens)
         upstream = timeline.upstream
+        # (floor is a constant per upstream and e2e is the duration above: neither needs a histogram)
         for phase, value in (("client_rtt", p.client_rtt), ("gateway", p.gateway), ("connect", p.connect),
-                             ("rtt", p.rtt), ("floor", p.floor), ("queue+prefill", p.queue_prefill),
-                             ("decode", p.decode), ("e2e", p.e2e)):
+                             ("rtt", p.rtt), ("queue+prefill", p.queue_prefill), ("decode", p.decode)):
             if value is not None:
                 self.phase.of(phase, upstream).observe(value / 1000)
 

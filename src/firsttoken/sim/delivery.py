@@ -38,7 +38,8 @@ class Delivery:
         index = self.released
         self.released += 1
         if index == 0:
-            self.first.set_result(now)
+            if not self.first.done():  # cancelled when the client left before its first token
+                self.first.set_result(now)
         elif self.renderer is not None:
             if self.one_way_s:
                 self.loop.call_at(now + self.one_way_s, self._write, index, now)

@@ -84,6 +84,16 @@ class Engine:
             self.running.remove(sequence)
             self.kv_used -= sequence.kv_reserved
 
+    def backlog(self) -> int:
+        """Waiting sequences the next step could not admit (the batch or the KV cache is full): the queue."""
+        slots, kv = self.max_batch - len(self.running), self.kv_capacity - self.kv_used
+        for i, sequence in enumerate(self.waiting):
+            if slots <= 0 or sequence.kv_reserved > kv:
+                return len(self.waiting) - i  # admission is in order: everyone behind waits too
+            slots -= 1
+            kv -= sequence.kv_reserved
+        return 0
+
     @property
     def busy(self) -> bool:
         return bool(self.running or self.waiting)

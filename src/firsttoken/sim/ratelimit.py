@@ -55,12 +55,16 @@ class KeyLimits:
     rpm: int | None = None
     tpm: int | None = None
     _buckets: dict[tuple[str, str], Bucket] = field(default_factory=dict)
+    _sweep_at: int = MAX_TRACKED
 
     def _bucket(self, key: str, limit: str, capacity: int, now: float) -> Bucket:
         bucket = self._buckets.get((key, limit))
         if bucket is None:
-            if len(self._buckets) >= MAX_TRACKED:
+            if len(self._buckets) >= self._sweep_at:
                 self._forget_full(now)
+                # Sweep again only once the table has doubled: a sweep that frees little must not repeat
+                # for every new key.
+                self._sweep_at = max(MAX_TRACKED, 2 * len(self._buckets))
             bucket = self._buckets[(key, limit)] = Bucket(capacity, capacity, now)
         bucket.refill(now)
         return bucket
@@ -71,11 +75,13 @@ class KeyLimits:
         checks = [(limit, allowed, cost) for limit, allowed, cost in
                   (("requests", self.rpm, 1), ("tokens", self.tpm, tokens)) if allowed is not None]
         buckets = [(limit, allowed, cost, self._bucket(key, limit, allowed, now)) for limit, allowed, cost in checks]
-        for limit, allowed, cost, bucket in buckets:
-            if cost > allowed:
+        for limit, allowed, cost, _bucket in buckets:
+            if cost > allowed:  # never, however long it waits
                 return Refusal(limit, allowed, math.inf)
-            if bucket.level < cost:
-                return Refusal(limit, allowed, bucket.wait_s(cost))
+        short = [Refusal(limit, allowed, bucket.wait_s(cost)) for limit, allowed, cost, bucket in buckets
+                 if bucket.level < cost]
+        if short:  # the longest wait: retrying after a shorter one would only be refused again
+            return max(short, key=lambda r: r.retry_after_s)
         for _, _, cost, bucket in buckets:
             bucket.level -= cost
         return None

@@ -1,8 +1,7 @@
 """A simulated region: each model served by its replicas, behind the region's limits.
 
-Requests go to the replica that will start them soonest: a loaded one before one that would have to
-load its model back, then the one with the least work queued (waiting and running sequences), as a
-least-outstanding-requests load balancer in front of vLLM replicas does. Past `max_queue` waiting
+Requests go to the replica that will start them soonest (see _placement), as a least-outstanding-
+requests load balancer in front of vLLM replicas does. Past `max_queue` waiting
 requests for a model, new ones are refused as overloaded; past a key's RPM or TPM, as rate limited.
 """
 
@@ -65,21 +64,36 @@ class Region:
             for replica in replicas:
                 await replica.close()
 
+    def check_fits(self, model: str, prompt_tokens: int, max_tokens: int) -> None:
+        """ValueError for a request whose prompt and longest answer no replica's KV cache could ever hold."""
+        self.replicas[model][0].engine.check_fits(Sequence(prompt_tokens, max_tokens, 0.0))
+
     def admit(self, model: str, sequence: Sequence, api_key: str, now: float,
-              on_token: Callable[[float], None]) -> Replica:
+              on_token: Callable[[float], None], requested: int | None = None) -> Replica:
         """Place a sequence on a replica and return it, or raise Overloaded / RateLimited / ValueError (it
         could never fit)."""
         replicas = self.replicas[model]
         replicas[0].engine.check_fits(sequence)  # before any charge: replicas share one shape
         bound = self.settings.max_queue
         if bound is not None:
-            waiting = sum(len(r.engine.waiting) for r in replicas)
+            waiting = sum(r.engine.backlog() for r in replicas)
             if waiting >= bound:
                 raise Overloaded(model, waiting, self.settings.overload_status)
-        requested = sequence.kv_reserved
+        requested = sequence.kv_reserved if requested is None else requested  # TPM counts prompt + max_tokens
         refusal = self.limits.take(api_key, requested, now)
         if refusal is not None:
             raise RateLimited(refusal, requested)
-        replica = min(replicas, key=lambda r: (not r.loaded, len(r.engine.waiting) + len(r.engine.running)))
+        replica = min(replicas, key=_placement)
         replica.submit(sequence, on_token)
         return replica
+
+
+def _placement(replica: Replica) -> tuple[int, int]:
+    """Where a request starts soonest: a loaded replica with room now, else an unloaded one (it loads, as
+    autoscalers scale out on a queue), else the loaded one with the least queued; ties by work in hand."""
+    engine = replica.engine
+    if not replica.loaded:
+        rank = 1
+    else:
+        rank = 0 if engine.backlog() == 0 else 2
+    return rank, len(engine.waiting) + len(engine.running)

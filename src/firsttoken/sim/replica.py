@@ -35,6 +35,7 @@ class Replica:
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="sim-engine")
+        self._task.add_done_callback(_report_death)
 
     async def close(self) -> None:
         if self._task is not None:
@@ -93,6 +94,15 @@ class Replica:
             for sequence in step.tokens:
                 on_token = listeners.get(sequence)
                 if on_token is not None:
-                    on_token(now)
+                    try:
+                        on_token(now)
+                    except Exception:  # one request's delivery must never stop the engine for all the others
+                        log.exception("delivering a token failed; dropping that request")
+                        self.cancel(sequence)
             for sequence in step.finished:
                 self._listeners.pop(sequence, None)
+
+
+def _report_death(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("the engine of a replica stopped: %r", task.exception(), exc_info=task.exception())

@@ -24,6 +24,7 @@ from firsttoken.sim.wire_anthropic import AnthropicMessages
 from firsttoken.sim.wire_openai import OpenAIChat
 
 ANONYMOUS = "anonymous"
+MAX_BODY_BYTES = 16 * 1024 * 1024  # as the gateway's own default limit
 
 
 async def _until(when: float) -> None:
@@ -53,7 +54,7 @@ class SimServer:
     def __init__(self, region: Region) -> None:
         self.region = region
         self.lateness = Lateness()  # of every streamed event against its scheduled time
-        self.app = web.Application()
+        self.app = web.Application(client_max_size=MAX_BODY_BYTES)
         self.openai, self.anthropic = OpenAIChat(), AnthropicMessages()
         for prefix in ("/v1", ""):
             self.app.router.add_post(f"{prefix}/chat/completions", self.chat_completions)
@@ -113,6 +114,10 @@ class SimServer:
             return self._error(wire, 400, "The request body is not valid JSON.", code="invalid_json")
         except BadRequest as exc:
             return self._error(wire, exc.status, str(exc), exc.param, exc.code)
+        try:  # before the answer is built: an absurd max_tokens must cost nothing
+            self.region.check_fits(ask.model, ask.prompt_tokens, ask.max_tokens)
+        except ValueError as exc:
+            return self._error(wire, 400, str(exc), "max_tokens", "context_length_exceeded")
         answer = text.answer(ask.max_tokens, ask.stop)
         await _until(loop.time() + one_way)  # the request crossing to the region
         arrived = loop.time()
@@ -121,7 +126,8 @@ class SimServer:
         renderer = wire.renderer(ask, answer)
         delivery = Delivery(len(answer.pieces), one_way, self.lateness, renderer if ask.stream else None)
         try:
-            replica = self.region.admit(ask.model, sequence, key, arrived, delivery)
+            replica = self.region.admit(ask.model, sequence, key, arrived, delivery,
+                                        requested=ask.prompt_tokens + ask.max_tokens)
         except (ValueError, Overloaded, RateLimited) as exc:
             await _until(arrived + one_way)  # and the refusal crossing back
             return self._refusal(wire, exc)
@@ -143,7 +149,7 @@ class SimServer:
             headers = {} if refusal.retry_after_s == float("inf") else {"Retry-After": refusal.retry_after}
             return self._error(wire, 429, str(exc), code="rate_limit_exceeded", headers=headers, kind=refusal.limit)
         if isinstance(exc, Overloaded):
-            status = getattr(wire, "overload_status", exc.status) if exc.status == 503 else exc.status
+            status = getattr(wire, "overload_status", exc.status)  # Anthropic's format has its own: 529
             return self._error(wire, status, str(exc), code="overloaded", headers={"Retry-After": "1"})
         return self._error(wire, 400, str(exc), "messages", "context_length_exceeded")
 
@@ -151,15 +157,23 @@ class SimServer:
                       headers: dict[str, str], one_way: float) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                                                **headers})
+        if request.version < (1, 1):
+            return self._error(self.openai, 505, "Streaming needs HTTP/1.1 (chunked transfer encoding).")
         response.enable_chunked_encoding()
         await _until(first + one_way)
-        await response.prepare(request)
-        await response.write(renderer.opening())
+        try:
+            await response.prepare(request)
+            await response.write(renderer.opening())
+        except ConnectionResetError:  # the client left while its first token was on its way
+            return response
         self.lateness.record(asyncio.get_running_loop().time() - first - one_way)
         if request.transport is None:  # gone already
             return response
         delivery.attach(request.transport)  # the rest are written as the engine releases them
         last = await delivery.done
-        await response.write(renderer.closing((last - first) * 1000))
-        await response.write_eof()
+        try:
+            await response.write(renderer.closing((last - first) * 1000))
+            await response.write_eof()
+        except ConnectionResetError:
+            pass
         return response

@@ -47,16 +47,32 @@ class Answer:
 
 
 def answer(max_tokens: int, stop: list[str]) -> Answer:
-    """The answer of at most `max_tokens` tokens, cut before the first stop sequence it would contain."""
+    """The answer of at most `max_tokens` tokens, cut before the first stop sequence it would contain.
+
+    Linear in the answer's length: each new piece is searched together with only as much of the text
+    before it as a stop sequence could straddle."""
     pieces: list[str] = []
-    text = ""
+    reach = max((len(s) for s in stop), default=0)
+    tail = ""  # the last `reach` characters of the text so far
     for i in range(max_tokens):
         piece = CORPUS[i % len(CORPUS)] if i == 0 else " " + CORPUS[i % len(CORPUS)]
-        hits = [(at, s) for s in stop if (at := (text + piece).find(s)) >= 0]
-        if hits:
-            at, sequence = min(hits)
-            rest = (text + piece)[:at][len(text):]
-            return Answer(pieces + ([rest] if rest else []), "stop", sequence)
+        if stop:
+            window = tail + piece
+            hits = [(at, s) for s in stop if (at := window.find(s)) >= 0]
+            if hits:
+                at, sequence = min(hits)
+                cut = len(tail) - at  # characters of the earlier text that belong to the stop sequence
+                if cut > 0:  # it began in earlier pieces: take those characters back
+                    while cut > 0 and pieces:
+                        last = pieces.pop()
+                        if len(last) > cut:
+                            pieces.append(last[:-cut])
+                        cut -= len(last)
+                else:
+                    rest = piece[:at - len(tail)]
+                    if rest:
+                        pieces.append(rest)
+                return Answer(pieces, "stop", sequence)
+            tail = window[-reach:] if reach > 1 else ""
         pieces.append(piece)
-        text += piece
     return Answer(pieces, "length")

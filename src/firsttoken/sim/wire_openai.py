@@ -26,9 +26,9 @@ class OpenAIChat:
         if not isinstance(messages, list) or not messages:
             raise BadRequest(400, "'messages' must be a non-empty list.", "messages")
         model = served_model(body.get("model"), models)
-        limit = body.get("max_completion_tokens", body.get("max_tokens"))
-        max_tokens = DEFAULT_MAX_TOKENS if limit is None else positive_int(
-            limit, "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens")
+        param = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+        limit = body.get(param)
+        max_tokens = DEFAULT_MAX_TOKENS if limit is None else positive_int(limit, param)
         options = body.get("stream_options")
         include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
         return Ask(model, text.prompt_tokens(messages), max_tokens, stop_list(body.get("stop"), "stop"),
