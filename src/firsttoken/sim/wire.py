@@ -69,6 +69,17 @@ def positive_int(value: Any, param: str) -> int:
     return value
 
 
+def conversation(body: Any, models: list[str], no_messages: str) -> tuple[dict[str, Any], list[Any], str]:
+    """What both formats require: a JSON object with non-empty `messages` and a model this region serves.
+    `no_messages` is the format's own wording of the error."""
+    if not isinstance(body, dict):
+        raise BadRequest(400, "The request body must be a JSON object.")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest(400, no_messages, "messages")
+    return body, messages, served_model(body.get("model"), models)
+
+
 def served_model(value: Any, models: list[str]) -> str:
     if value not in models:
         raise BadRequest(404, f"The model {value!r} does not exist in this region; it serves "

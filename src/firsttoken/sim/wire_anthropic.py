@@ -9,7 +9,7 @@ import orjson
 
 from firsttoken.sim import text
 from firsttoken.sim.text import Answer
-from firsttoken.sim.wire import Ask, BadRequest, positive_int, served_model, sim_timing, stop_list
+from firsttoken.sim.wire import Ask, BadRequest, conversation, positive_int, sim_timing, stop_list
 
 _ids = itertools.count(1)
 _STOP_REASON = {"length": "max_tokens", "stop": "stop_sequence"}
@@ -35,12 +35,7 @@ class AnthropicMessages:
     overload_status = 529
 
     def parse(self, body: Any, models: list[str]) -> Ask:
-        if not isinstance(body, dict):
-            raise BadRequest(400, "The request body must be a JSON object.")
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise BadRequest(400, "messages: Field required (a non-empty list).", "messages")
-        model = served_model(body.get("model"), models)
+        body, messages, model = conversation(body, models, "messages: Field required (a non-empty list).")
         if "max_tokens" not in body:
             raise BadRequest(400, "max_tokens: Field required.", "max_tokens")
         max_tokens = positive_int(body["max_tokens"], "max_tokens")

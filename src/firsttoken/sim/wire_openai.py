@@ -10,7 +10,7 @@ import orjson
 
 from firsttoken.sim import text
 from firsttoken.sim.text import Answer
-from firsttoken.sim.wire import Ask, BadRequest, positive_int, served_model, sim_timing, stop_list
+from firsttoken.sim.wire import Ask, conversation, positive_int, sim_timing, stop_list
 
 DEFAULT_MAX_TOKENS = 128
 _ids = itertools.count(1)
@@ -20,12 +20,7 @@ _FINISH = {"length": "length", "stop": "stop"}
 
 class OpenAIChat:
     def parse(self, body: Any, models: list[str]) -> Ask:
-        if not isinstance(body, dict):
-            raise BadRequest(400, "The request body must be a JSON object.")
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise BadRequest(400, "'messages' must be a non-empty list.", "messages")
-        model = served_model(body.get("model"), models)
+        body, messages, model = conversation(body, models, "'messages' must be a non-empty list.")
         param = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
         limit = body.get(param)
         max_tokens = DEFAULT_MAX_TOKENS if limit is None else positive_int(limit, param)
