@@ -51,9 +51,9 @@ Handler = Callable[[Scope, Receive, Send, Headers, Timeline], Awaitable[None]]
 class Gateway:
     def __init__(self, settings: Settings) -> None:
         self.embedded: EmbeddedRegion | None = None
-        if settings.simulated is not None:
-            self.embedded = EmbeddedRegion(settings.simulated)
-            simulated = settings.simulated
+        simulated = settings.simulated
+        if simulated is not None:
+            self.embedded = EmbeddedRegion(simulated)
             settings = settings.with_upstream(SIM_UPSTREAM, {"url": self.embedded.url, "api": "openai",
                                                              "region": simulated.region})
             if settings.location is None:  # the gateway stands where the region's clients are
