@@ -77,7 +77,12 @@ def serve(config_path: str | None, host: str | None, port: int | None, workers: 
               help="Where the clients are (a city or lat,lon); with --region, each direction pays the fibre delay.")
 @click.option("--path-factor", "path_factor", type=float, default=None,
               help="Cable length over the great circle (default 1.5).")
-def sim(config_path: str | None, host: str, port: int, models: tuple[str, ...], **flags: Any) -> None:
+@click.option("--tls-cert", "tls_cert", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Serve HTTPS with this certificate (PEM), so clients pay a real TLS handshake.")
+@click.option("--tls-key", "tls_key", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="The certificate's private key (PEM; default: in the --tls-cert file).")
+def sim(config_path: str | None, host: str, port: int, models: tuple[str, ...], tls_cert: str | None,
+        tls_key: str | None, **flags: Any) -> None:
     """Run a simulated region: an OpenAI- and Anthropic-compatible server with a GPU's real timing."""
     from aiohttp import web
 
@@ -101,8 +106,18 @@ def sim(config_path: str | None, host: str, port: int, models: tuple[str, ...], 
     except ConfigError as exc:
         err.print(f"firsttoken sim: {exc}", markup=False, soft_wrap=True)
         sys.exit(2)
+    tls = None
+    if tls_cert is not None:
+        import ssl
+
+        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        tls.load_cert_chain(tls_cert, tls_key)
+    elif tls_key is not None:
+        err.print("firsttoken sim: --tls-key needs --tls-cert", markup=False)
+        sys.exit(2)
     region = Region(settings)
-    err.print(f"[bold]firsttoken sim[/]: {settings.describe()}, listening on http://{host}:{port}/v1")
+    scheme = "https" if tls is not None else "http"
+    err.print(f"[bold]firsttoken sim[/]: {settings.describe()}, listening on {scheme}://{host}:{port}/v1")
     for name, deployment in settings.deployments.items():
         load = f"; after {settings.idle_unload:g} s idle it unloads, and loading back takes " \
                f"{settings.load_s(deployment):.1f} s" if settings.idle_unload else ""
@@ -112,7 +127,7 @@ def sim(config_path: str | None, host: str, port: int, models: tuple[str, ...], 
     if any(limits):
         err.print(f"  rate limits per API key: {' and '.join(x for x in limits if x)} per minute")
     gc.freeze()  # what start-up built lives forever: keep it out of the collections that pause the schedule
-    web.run_app(SimServer(region).app, host=host, port=port, print=None, access_log=None,
+    web.run_app(SimServer(region).app, host=host, port=port, print=None, access_log=None, ssl_context=tls,
                 handler_cancellation=True, loop=_fast_loop())
 
 
@@ -183,6 +198,68 @@ def _print_journeys(summary: dict[str, dict[str, Any]], log_path: str) -> None:
         phases.add_row(name, *(ms(e, p) for p in ("client rtt", "gateway", "connect", "rtt", "floor",
                                                   "queue+prefill", "decode")))
     out.print(phases)
+
+
+@main.command()
+@click.argument("url")
+@click.option("--model", default=None, help="Model to ask for (default: the endpoint's first listed model).")
+@click.option("--prompt", default=None, help="The user message to send (default: a short question).")
+@click.option("-n", "runs", type=click.IntRange(1, 50), default=2, show_default=True,
+              help="Requests to send: the first on a new connection, the rest on the same one.")
+@click.option("--max-tokens", type=click.IntRange(1, 100_000), default=64, show_default=True)
+@click.option("--api", type=click.Choice(["openai", "anthropic"]), default=None,
+              help="Wire format (default: anthropic for *.anthropic.com or a /messages URL, else openai).")
+@click.option("--api-key-env", default=None,
+              help="Environment variable holding the key (default OPENAI_API_KEY or ANTHROPIC_API_KEY).")
+@click.option("--from", "origin", default=None,
+              help="Where you are, for the floor: a city, region code or lat,lon (default: the config's location).")
+@click.option("--region", default=None,
+              help="Where the endpoint's GPUs are (default: known for the well-known APIs).")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="firsttoken.yaml whose `location` is where you are.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (the keys in DESIGN.md) instead of a waterfall.")
+def trace(url: str, model: str | None, prompt: str | None, runs: int, max_tokens: int, api: str | None,
+          api_key_env: str | None, origin: str | None, region: str | None, config_path: str | None,
+          as_json: bool) -> None:
+    """X-ray one endpoint: DNS, TCP, TLS, TTFB, TTFT, ITL and tokens/s, cold then warm, next to the floor."""
+    import asyncio
+    import json
+
+    from firsttoken.geo.places import GeoError, resolve
+    from firsttoken.trace.endpoint import EndpointError, endpoint
+    from firsttoken.trace.probe import TraceError
+    from firsttoken.trace.report import render, trace_facts
+    from firsttoken.trace.tracer import DEFAULT_PROMPT
+    from firsttoken.trace.tracer import trace as run_trace
+
+    try:
+        target = endpoint(url, api=api, key_env=api_key_env, region=region)  # type: ignore[arg-type]
+        place = resolve(origin) if origin else _configured_location(config_path)
+        result = asyncio.run(run_trace(target, model=model, prompt=prompt or DEFAULT_PROMPT, runs=runs,
+                                       max_tokens=max_tokens, origin=place))
+    except (EndpointError, GeoError) as exc:
+        err.print(f"firsttoken trace: {exc}", markup=False, soft_wrap=True)
+        sys.exit(2)
+    except TraceError as exc:
+        err.print(f"firsttoken trace: {exc}", markup=False, soft_wrap=True)
+        sys.exit(1)
+    if as_json:
+        click.echo(json.dumps(trace_facts(result), indent=2))
+    else:
+        render(result, Console(highlight=False))
+    if any(run.error for run in result.runs):
+        sys.exit(1)
+
+
+def _configured_location(config_path: str | None) -> Any:
+    """The config's `location`, when there is a config that says one; a broken config only matters if named."""
+    try:
+        return config_module.load(config_path).place
+    except ConfigError as exc:
+        if config_path:
+            err.print(f"[bold red]firsttoken: configuration error[/]\n{exc}", markup=True, soft_wrap=True)
+            sys.exit(2)
+        return None
 
 
 def _fast_loop() -> Any:

@@ -18,7 +18,7 @@ def timeline(*, rtt: float = 120.0, connect: float = 0.0, ttfb: float = 400.0, d
     """A request received at t=0 that left after 1 ms; times in ms."""
     t = Timeline("req_1")
     t.received, t.sent = 0.0, 0.001
-    t.first_byte = t.sent + ttfb / 1000
+    t.first_byte = t.sent + (connect + ttfb) / 1000
     t.first_token = t.first_byte + 0.0005 if stream else 0.0
     t.last_token = t.first_token + decode / 1000 if stream else 0.0
     t.last_byte = (t.last_token if stream else t.first_byte) + 0.001
@@ -32,10 +32,11 @@ def timeline(*, rtt: float = 120.0, connect: float = 0.0, ttfb: float = 400.0, d
 
 
 def test_phases_follow_the_vocabulary() -> None:
-    journey = attribute(timeline(connect=250.0, ttfb=650.0))
+    journey = attribute(timeline(connect=250.0, ttfb=400.0))
     p = journey.phases
+    assert p.connect == 250.0 and p.ttfb == pytest.approx(400.0)  # sent upstream → first byte, after the handshakes
     assert p.rtt == 120.0 and p.floor == 90.0 and p.distance_tax == pytest.approx(30.0)
-    assert p.queue_prefill == pytest.approx(650 - 250 - 120)  # ttfb − connect − rtt
+    assert p.queue_prefill == pytest.approx(400 - 120)  # ttfb − rtt
     assert p.gateway == pytest.approx(1.0) and p.decode == pytest.approx(1000.0)
     assert journey.tokens_per_s == pytest.approx(50.0) and not journey.reused_connection
     data = journey.to_dict()
@@ -47,7 +48,7 @@ def test_phases_follow_the_vocabulary() -> None:
     (dict(ttfb=125.0), "most of this wait was distance: a 120 ms round trip, 90 ms of it the speed of light"),
     (dict(ttfb=2120.0), "most of this wait was the provider's queue and prefill: 2000 ms"),
     (dict(client_rtt=240.0, ttfb=125.0), "your own connection added 240 ms"),
-    (dict(connect=400.0, ttfb=530.0), "a new connection cost 400 ms of handshakes"),
+    (dict(connect=400.0, ttfb=130.0), "a new connection cost 400 ms of handshakes"),
     (dict(ttfb=4300.0, upstream_timing="queue;dur=10, cold;dur=4100, prefill;dur=60"),
      "a cold start: 4.1 s before the first token"),
     (dict(status=502), "failed with HTTP 502"),

@@ -1,12 +1,13 @@
 """The X-ray against ground truth: the simulated region (its own distance at zero) in the far network
 namespace, 120 ms of packet-level delay away, and the gateway with its client in the near one. The
-gateway's journey must find the injected round trip in `connect` and `rtt`, the region's own
-Server-Timing in `queue+prefill`, its `sim-timing` in `decode`, and a warm connection must save the
-handshake it should."""
+gateway's journey, and `firsttoken trace` run from the near namespace over HTTPS, must find the injected
+round trip in `connect` (and `tls`) and `rtt`, the region's own Server-Timing in `queue+prefill`, its
+`sim-timing` in `decode`, and a warm connection must save the handshakes it should."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -15,12 +16,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import trustme
 import yaml
 
 from firsttoken.lab.delayline import DelayLine
 
 RTT_MS = 120.0
-SIM_PORT, GATEWAY_PORT = 9001, 8787
+SIM_PORT, TLS_SIM_PORT, GATEWAY_PORT = 9001, 9443, 8787
 # A model at a real provider's pace (18.5 ms a token: six per round trip). A much faster one (llama-3.2-1b
 # writes 70 tokens per 120 ms round trip) outruns TCP's initial congestion window of ten segments on a
 # long path, and the decode the gateway sees is rightly longer than the region's own.
@@ -63,28 +65,33 @@ def wait_for_port(line: DelayLine, ns: str, host: str, port: int) -> None:
 
 
 @pytest.fixture(scope="module")
-def journeys(tmp_path_factory) -> Iterator[list[dict]]:
+def line() -> Iterator[DelayLine]:
     reason = DelayLine.unavailable_reason()
     if reason:
         pytest.skip(f"delay line unavailable: {reason}")
+    with DelayLine(rtt_ms=RTT_MS) as delay_line:
+        yield delay_line
+
+
+@pytest.fixture(scope="module")
+def journeys(line: DelayLine, tmp_path_factory) -> list[dict]:
     work: Path = tmp_path_factory.mktemp("ground-truth")
-    with DelayLine(rtt_ms=RTT_MS) as line:
-        line.run_in(line.server_ns, [sys.executable, "-m", "firsttoken", "sim", "--host", line.server_ip,
-                                     "--port", str(SIM_PORT), *SIM_MODEL],
-                    stdout=subprocess.DEVNULL, stderr=(work / "sim.log").open("w"))
-        wait_for_port(line, line.client_ns, line.server_ip, SIM_PORT)
-        config = work / "firsttoken.yaml"
-        config.write_text(yaml.safe_dump({"upstreams": {"far": {
-            "url": f"http://{line.server_ip}:{SIM_PORT}/v1", "pool": {"warm": 0}}}}))  # the first request connects
-        line.run_in(line.client_ns, [sys.executable, "-m", "firsttoken", "serve", "--config", str(config),
-                                     "--port", str(GATEWAY_PORT)],
-                    stdout=subprocess.DEVNULL, stderr=(work / "gateway.log").open("w"))
-        client = work / "client.py"
-        client.write_text(CLIENT)
-        result = line.run(line.client_ns, [sys.executable, str(client), f"http://127.0.0.1:{GATEWAY_PORT}"],
-                          capture_output=True, text=True, timeout=90)
-        assert result.returncode == 0, result.stderr + (work / "gateway.log").read_text()
-        yield json.loads(result.stdout)
+    line.run_in(line.server_ns, [sys.executable, "-m", "firsttoken", "sim", "--host", line.server_ip,
+                                 "--port", str(SIM_PORT), *SIM_MODEL],
+                stdout=subprocess.DEVNULL, stderr=(work / "sim.log").open("w"))
+    wait_for_port(line, line.client_ns, line.server_ip, SIM_PORT)
+    config = work / "firsttoken.yaml"
+    config.write_text(yaml.safe_dump({"upstreams": {"far": {
+        "url": f"http://{line.server_ip}:{SIM_PORT}/v1", "pool": {"warm": 0}}}}))  # the first request connects
+    line.run_in(line.client_ns, [sys.executable, "-m", "firsttoken", "serve", "--config", str(config),
+                                 "--port", str(GATEWAY_PORT)],
+                stdout=subprocess.DEVNULL, stderr=(work / "gateway.log").open("w"))
+    client = work / "client.py"
+    client.write_text(CLIENT)
+    result = line.run(line.client_ns, [sys.executable, str(client), f"http://127.0.0.1:{GATEWAY_PORT}"],
+                      capture_output=True, text=True, timeout=90)
+    assert result.returncode == 0, result.stderr + (work / "gateway.log").read_text()
+    return json.loads(result.stdout)
 
 
 def test_a_cold_connection_costs_one_round_trip_and_is_measured(journeys) -> None:
@@ -106,6 +113,54 @@ def test_warm_requests_report_the_injected_round_trip(journeys) -> None:
 
 
 def test_a_warm_connection_saves_the_handshake(journeys) -> None:
-    cold = journeys[0]["journey"]["phases"]["ttfb"]
-    warm = min(s["journey"]["phases"]["ttfb"] for s in journeys[1:])
-    assert cold - warm == pytest.approx(RTT_MS, abs=0.05 * RTT_MS)
+    cold = journeys[0]["journey"]
+    assert cold["handshake"]["tcp"] == pytest.approx(RTT_MS, rel=0.05) and cold["handshake"]["tls"] == 0
+    warm = min(s["journey"]["phases"]["ttft"] for s in journeys[1:])
+    assert cold["phases"]["ttft"] - warm == pytest.approx(RTT_MS, abs=0.05 * RTT_MS)
+
+
+@pytest.fixture(scope="module")
+def traced(line: DelayLine, tmp_path_factory) -> dict:
+    """`firsttoken trace --json` from the near namespace to a region serving HTTPS in the far one."""
+    work: Path = tmp_path_factory.mktemp("trace")
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(work / "ca.pem"))
+    ca.issue_cert(line.server_ip).private_key_and_cert_chain_pem.write_to_path(str(work / "server.pem"))
+    line.run_in(line.server_ns, [sys.executable, "-m", "firsttoken", "sim", "--host", line.server_ip,
+                                 "--port", str(TLS_SIM_PORT), "--tls-cert", str(work / "server.pem"), *SIM_MODEL],
+                stdout=subprocess.DEVNULL, stderr=(work / "sim.log").open("w"))
+    wait_for_port(line, line.client_ns, line.server_ip, TLS_SIM_PORT)
+    done = line.run(line.client_ns, [sys.executable, "-m", "firsttoken", "trace",
+                                     f"https://{line.server_ip}:{TLS_SIM_PORT}/v1", "--model", "llama-3.3-70b",
+                                     "--max-tokens", "40", "-n", "4", "--json", "--from", "lagos",
+                                     "--region", "aws:us-east-1"],
+                    capture_output=True, text=True, timeout=90,
+                    env={**os.environ, "SSL_CERT_FILE": str(work / "ca.pem")})
+    assert done.returncode == 0, done.stderr + (work / "sim.log").read_text()
+    return json.loads(done.stdout)
+
+
+def test_trace_finds_the_round_trip_in_each_handshake(traced: dict) -> None:
+    cold = traced["runs"][0]
+    assert cold["connection_reused"] is False and cold["dns_ms"] < 1.0  # an IP address: nothing to look up
+    assert cold["connect_ms"] == pytest.approx(RTT_MS, rel=0.05)  # TCP: one round trip
+    assert cold["tls_ms"] == pytest.approx(RTT_MS, rel=0.05)  # TLS 1.3: one more
+    for run in traced["runs"]:
+        assert run["rtt_ms"] == pytest.approx(RTT_MS, rel=0.05)
+
+
+def test_trace_agrees_with_the_region_on_queue_prefill_and_decode(traced: dict) -> None:
+    for run in traced["runs"]:
+        truth = run["endpoint_timing"]
+        assert run["queue_prefill_ms"] == pytest.approx(truth["queue"] + truth["cold"] + truth["prefill"], abs=5.0)
+        assert run["decode_ms"] == pytest.approx(truth["decode"], rel=0.05)
+    cold, *warm = traced["runs"]
+    assert cold["verdict"].startswith("a new connection cost 2")  # TCP + TLS: two round trips
+    assert all(r["verdict"].startswith("most of this wait was distance: a 12") for r in warm)
+
+
+def test_trace_shows_a_warm_connection_saving_two_round_trips(traced: dict) -> None:
+    cold, *warm = traced["runs"]
+    assert all(r["connection_reused"] and r["handshakes_ms"] == 0 for r in warm)
+    saved = cold["ttft_ms"] - min(r["ttft_ms"] for r in warm)
+    assert saved == pytest.approx(2 * RTT_MS, abs=0.05 * 2 * RTT_MS)

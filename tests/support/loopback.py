@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -10,11 +11,12 @@ from aiohttp import web
 
 
 @asynccontextmanager
-async def serve_on_loopback(app: web.Application, **runner_options: Any) -> AsyncIterator[int]:
-    """Yields the port."""
+async def serve_on_loopback(app: web.Application, ssl_context: ssl.SSLContext | None = None,
+                            **runner_options: Any) -> AsyncIterator[int]:
+    """Yields the port (HTTPS with `ssl_context`)."""
     runner = web.AppRunner(app, **runner_options)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ssl_context)
     await site.start()
     try:
         yield runner.addresses[0][1]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -14,8 +15,9 @@ from support.threaded import InThread
 
 
 @contextmanager
-def region_on_loopback(**settings: Any) -> Iterator[tuple[int, Region]]:
-    """Yields (port, region) of a region built from `sim:` settings, running in its own thread."""
+def region_on_loopback(ssl_context: ssl.SSLContext | None = None, **settings: Any) -> Iterator[tuple[int, Region]]:
+    """Yields (port, region) of a region built from `sim:` settings, running in its own thread (over
+    HTTPS with `ssl_context`)."""
     region = Region(sim_settings(settings))
-    with InThread(lambda: serve_on_loopback(SimServer(region).app, handler_cancellation=True)) as port:
+    with InThread(lambda: serve_on_loopback(SimServer(region).app, ssl_context, handler_cancellation=True)) as port:
         yield port, region

@@ -17,6 +17,8 @@ import unicodedata
 from dataclasses import dataclass
 from importlib import resources
 
+from firsttoken.geo import physics
+
 _LAT_LON = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*,\s*(-?\d+(?:\.\d+)?)\s*$")
 _WITH_COUNTRY = re.compile(r"^(.*?),\s*([a-z]{2})$")
 
@@ -34,6 +36,10 @@ class Place:
 
     def __str__(self) -> str:
         return self.name
+
+    def floor_ms(self, other: Place) -> float:
+        """The physics floor of a round trip between here and `other` (ms)."""
+        return physics.floor_rtt_ms(physics.great_circle_km(self.lat, self.lon, other.lat, other.lon))
 
 
 @dataclass(frozen=True)

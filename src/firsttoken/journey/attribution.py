@@ -50,6 +50,7 @@ class Journey:
     tokens_per_s: float | None
     itl_max_ms: float | None
     upstream_timing: dict[str, float] = field(default_factory=dict)
+    handshake: dict[str, float] | None = None  # dns, tcp, tls (ms) of a connection opened for this request
     verdict: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -81,7 +82,7 @@ def parse_server_timing(header: str | None) -> dict[str, float]:
 
 
 def phases(timeline: Timeline) -> tuple[Phases, float | None, dict[str, float]]:
-    """The phases; the provider's whole time (ttfb − connect − rtt); the upstream's own Server-Timing."""
+    """The phases; the provider's whole time (ttfb − rtt); the upstream's own Server-Timing."""
     upstream_timing = parse_server_timing(timeline.upstream_timing) if timeline.upstream_timing else {}
     measured = timeline.rtt_ms()
     # A simulated region declares the distance it adds (`distance`): on the wire it is a round trip too.
@@ -91,7 +92,7 @@ def phases(timeline: Timeline) -> tuple[Phases, float | None, dict[str, float]]:
     connect = timeline.connect_ms
     # What the provider spent: all of it before the first byte of a stream; a whole answer's first byte
     # comes after its generation too, which only the provider's own Server-Timing can tell apart.
-    provider = max(ttfb - connect - rtt, 0.0) if rtt is not None and timeline.first_byte else None
+    provider = max(ttfb - rtt, 0.0) if rtt is not None and timeline.first_byte else None
     floor = timeline.floor_ms
     if timeline.stream:
         queue_prefill = provider
@@ -121,7 +122,7 @@ def attribute(timeline: Timeline) -> Journey:
     journey = Journey(timeline.request_id, timeline.operation, timeline.tenant, timeline.model, timeline.route,
                       timeline.upstream, timeline.stream, timeline.status, timeline.attempts, timeline.reused, p,
                       timeline.output_tokens, timeline.input_tokens, timeline.token_events, rate, itl_max,
-                      upstream_timing)
+                      upstream_timing, timeline.handshake.as_dict() if timeline.handshake is not None else None)
     return Journey(**{**journey.__dict__, "verdict": verdict(journey, provider)})
 
 

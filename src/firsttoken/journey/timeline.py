@@ -11,13 +11,14 @@ from __future__ import annotations
 from time import perf_counter
 
 from firsttoken.journey.tcp_info import Rtt
+from firsttoken.upstream.connector import Handshake
 
 
 class Timeline:
     __slots__ = ("request_id", "operation", "tenant", "model", "stream", "status", "received", "cache_ms",
                  "sent", "first_byte", "first_token", "last_token", "last_byte", "max_gap", "connect_ms", "reused",
                  "token_events", "output_tokens", "input_tokens", "route", "upstream", "attempts", "client_rtt",
-                 "upstream_rtt", "upstream_timing", "floor_ms")
+                 "upstream_rtt", "upstream_timing", "floor_ms", "handshake")
 
     def __init__(self, request_id: str = "") -> None:
         self.received = perf_counter()
@@ -33,7 +34,8 @@ class Timeline:
         self.last_token = 0.0
         self.last_byte = 0.0
         self.max_gap = 0.0  # the longest wait between two reads that carried tokens (s)
-        self.connect_ms = 0.0
+        self.connect_ms = 0.0  # DNS + TCP + TLS of a new upstream connection; 0 when one was reused
+        self.handshake: Handshake | None = None  # how that new connection opened, step by step
         self.reused = False
         self.token_events = 0  # data events relayed from the first token on (the usage chunk aside)
         self.output_tokens: int | None = None  # the upstream's usage counts, when it gave them
@@ -57,8 +59,17 @@ class Timeline:
     def gateway_ms(self) -> float:
         return (self.sent - self.received) * 1000.0 if self.sent else 0.0
 
+    def opened(self, handshake: Handshake | None) -> None:
+        """The upstream connection this request used: new (how it opened) or reused (None)."""
+        self.handshake = handshake
+        self.reused = handshake is None
+        self.connect_ms = handshake.total_ms if handshake is not None else 0.0
+
     def ttfb_ms(self) -> float:
-        return (self.first_byte - self.sent) * 1000.0 if self.first_byte and self.sent else 0.0
+        """Request sent upstream → first response byte: after the handshakes, when a connection opened."""
+        if not (self.first_byte and self.sent):
+            return 0.0
+        return max((self.first_byte - self.sent) * 1000.0 - self.connect_ms, 0.0)
 
     def ttft_ms(self) -> float:
         return (self.first_token - self.received) * 1000.0 if self.first_token else 0.0
@@ -76,6 +87,9 @@ class Timeline:
         """The `Server-Timing` header value, sent with the response headers: what is known by then."""
         timing = (f"gateway;dur={self.gateway_ms():.2f}, cache;dur={self.cache_ms:.2f}, "
                   f"connect;dur={self.connect_ms:.2f}, ttfb;dur={self.ttfb_ms():.2f}")
+        if self.handshake is not None:
+            h = self.handshake
+            timing += f", dns;dur={h.dns_ms:.2f}, tcp;dur={h.tcp_ms:.2f}, tls;dur={h.tls_ms:.2f}"
         rtt = self.rtt_ms()
         if rtt is not None:
             timing += f", rtt;dur={rtt:.2f}"

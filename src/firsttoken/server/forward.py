@@ -32,6 +32,7 @@ from firsttoken.server.http import (
 )
 from firsttoken.sse import DONE, HEARTBEAT, error_event
 from firsttoken.upstream.adapter import UpstreamRequest
+from firsttoken.upstream.connector import protocol_of
 from firsttoken.upstream.registry import UpstreamLink, Upstreams
 
 log = logging.getLogger("firsttoken.forward")
@@ -86,12 +87,9 @@ async def _open(link: UpstreamLink, request: UpstreamRequest, timeline: Timeline
                                       allow_redirects=False)
     timeline.first_byte = perf_counter()
     assert link.pool.connector is not None
-    opened_ms = link.pool.connector.connect_ms(response)
-    timeline.reused = opened_ms is None
-    timeline.connect_ms = opened_ms or 0.0
-    protocol = getattr(response, "_protocol", None)  # see TimedConnector.connect_ms
-    timeline.upstream_rtt = UPSTREAM_RTT.rtt(getattr(protocol, "transport", None), timeline.first_byte,
-                                             fresh=opened_ms is not None)
+    timeline.opened(link.pool.connector.handshake(response))
+    timeline.upstream_rtt = UPSTREAM_RTT.rtt(getattr(protocol_of(response), "transport", None),
+                                             timeline.first_byte, fresh=not timeline.reused)
     timeline.upstream_timing = response.headers.get("Server-Timing")
     return response
 

@@ -13,44 +13,14 @@ import asyncio
 import logging
 import re
 import ssl
-import time
-import weakref
 from dataclasses import dataclass, field
-from typing import Any
 
 import aiohttp
 
 from firsttoken.config import Upstream
+from firsttoken.upstream.connector import TimedConnector
 
 log = logging.getLogger("firsttoken.pool")
-
-
-class TimedConnector(aiohttp.TCPConnector):
-    """A connector that notes how long each new connection (DNS + TCP + TLS) took to open.
-
-    aiohttp's TraceConfig reports the same, but through a chain of signal sends on every request,
-    which cost more CPU than the rest of the gateway's request path; this hooks only the rare event
-    of opening a connection, and a request learns whether its connection was new by looking it up.
-    """
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.opened: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
-
-    async def _create_connection(self, req: Any, traces: Any, timeout: Any) -> Any:
-        start = time.perf_counter()
-        protocol = await super()._create_connection(req, traces, timeout)
-        self.opened[protocol] = (time.perf_counter() - start) * 1000.0
-        return protocol
-
-    def connect_ms(self, response: aiohttp.ClientResponse) -> float | None:
-        """Milliseconds spent opening this response's connection, or None when it was reused."""
-        # aiohttp hands a connection back to the pool as soon as a short body is complete, so
-        # `response.connection` may already be None here; the response keeps its protocol.
-        protocol = getattr(response, "_protocol", None)
-        if protocol is None and response.connection is not None:
-            protocol = response.connection.protocol
-        return self.opened.pop(protocol, None) if protocol is not None else None
 
 
 @dataclass
@@ -155,7 +125,7 @@ class WarmPool:
         assert self.session is not None and self.connector is not None
         async with self.session.get(self.probe_url, headers=self.probe_headers, allow_redirects=False,
                                     timeout=aiohttp.ClientTimeout(total=self.settings.timeouts.connect * 2)) as resp:
-            opened = self.connector.connect_ms(resp) is not None
+            opened = self.connector.handshake(resp) is not None
             if match := _KEEPALIVE_TIMEOUT.search(resp.headers.get("Keep-Alive", "")):
                 self.state.upstream_keepalive_s = float(match.group(1))
             body = await resp.read()

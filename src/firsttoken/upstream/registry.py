@@ -6,7 +6,6 @@ import asyncio
 from dataclasses import dataclass
 
 from firsttoken.config import Upstream
-from firsttoken.geo import physics
 from firsttoken.geo.places import Place
 from firsttoken.upstream.adapter import Adapter
 from firsttoken.upstream.anthropic import AnthropicAdapter
@@ -34,10 +33,7 @@ class Upstreams:
         self.links: dict[str, UpstreamLink] = {}
         for name, upstream in settings.items():
             adapter = ADAPTERS[upstream.api](name, upstream)
-            floor = None
-            if location is not None and upstream.place is not None:
-                there = upstream.place
-                floor = physics.floor_rtt_ms(physics.great_circle_km(location.lat, location.lon, there.lat, there.lon))
+            floor = location.floor_ms(upstream.place) if location is not None and upstream.place is not None else None
             self.links[name] = UpstreamLink(name, upstream, adapter, WarmPool(name, upstream, adapter.probe()), floor)
 
     def __getitem__(self, name: str) -> UpstreamLink:

@@ -1,0 +1,1 @@
+"""`firsttoken trace`: the journey X-ray of one endpoint, measured from where the caller is."""
