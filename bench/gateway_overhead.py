@@ -78,6 +78,14 @@ def baseline_source(revision: str) -> Path:
 
 @contextmanager
 def firsttoken(upstream: int, workers: int, source: Path | None = None) -> Iterator[str]:
+    with firsttoken_process(upstream, workers, source) as (url, _proc):
+        yield url
+
+
+@contextmanager
+def firsttoken_process(upstream: int, workers: int, source: Path | None = None, extra: dict | None = None
+                       ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A gateway in front of the bench upstream (`extra`: more settings): its URL and its process."""
     port = fixtures.free_port()
     config = WORK / f"firsttoken-{workers}.yaml"
     base = f"http://127.0.0.1:{upstream}"
@@ -86,13 +94,14 @@ def firsttoken(upstream: int, workers: int, source: Path | None = None) -> Itera
                       "sse": {"url": f"{base}/sse/v1", "pool": {"warm": 32}}},
         "models": {"bench": ["json/bench"], "bench-sse": ["sse/bench"]},
         "keys": [{"name": "bench", "key": CLIENT_KEY}],  # both proxies check a client key
+        **(extra or {}),
     }))
     argv = [str(ROOT / ".venv" / "bin" / "python"), "-m", "firsttoken", "serve", "--config", str(config),
             "--port", str(port), "--workers", str(workers)]
     env = {"PYTHONPATH": str(source)} if source is not None else None  # ahead of the editable install
-    with process(argv, WORK / f"firsttoken-{workers}.log", env):
+    with process(argv, WORK / f"firsttoken-{workers}.log", env) as proc:
         fixtures.wait_for(f"http://127.0.0.1:{port}/readyz")
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", proc
 
 
 @contextmanager

@@ -94,11 +94,11 @@ def test_the_log_is_bounded_by_rows_and_age(tmp_path) -> None:
     log = JourneyLog(tmp_path / "j.db", max_rows=1000, max_age_s=3600)
     now = time.time()
     log.write([logged(f"old{i}", now - 7200) for i in range(10)])
-    log.write([logged(f"new{i}", now - i) for i in range(1200)])
+    log.write([logged(f"new{i}", now - 1200 + i) for i in range(1200)])
     log.prune(now)
     rows = journey_log.read(tmp_path / "j.db")
     assert len(rows) == 1000 and not any(r["id"].startswith("old") for r in rows)
-    assert rows[-1]["id"] == "new0"  # the newest kept
+    assert rows[0]["id"] == "new200" and rows[-1]["id"] == "new1199"  # the last 1000 written are kept
     log.close()
 
 

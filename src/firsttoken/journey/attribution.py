@@ -13,7 +13,7 @@ from typing import Any
 from firsttoken.journey.timeline import Timeline
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ costs a setattr call per field, per request
 class Phases:
     """Milliseconds; None where this request cannot know (no TCP socket, no location, no tokens)."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import logging
 import os
@@ -112,6 +113,10 @@ class Gateway:
                 except Exception as exc:  # reported to the server, which refuses to start
                     await send({"type": "lifespan.startup.failed", "message": str(exc)})
                     return
+                # What start-up built (modules, settings, the places table, pools) lives as long as the
+                # process: out of the collector's reach, a full collection no longer walks it (30 ms each,
+                # measured, and one every few thousand requests).
+                gc.freeze()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self.upstreams.close()
