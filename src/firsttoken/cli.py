@@ -296,6 +296,11 @@ def _banner(settings: Settings, workers: int) -> None:
         err.print(f"  model [cyan]{alias}[/] → {', '.join(targets)}")
     if settings.keys:
         err.print(f"  client keys: {', '.join(k.name for k in settings.keys)}")
+    journeys = settings.journeys
+    where = [f"log {journeys.log}"] if journeys.log else []
+    if journeys.otlp is not None:
+        where.append(f"OTLP spans to {journeys.otlp.endpoint} as {journeys.otlp.service_name}")
+    err.print(f"  journeys: {'; '.join(where) or 'kept in memory only'}", markup=False, soft_wrap=True)
     if settings.cache is not None:
         err.print("  cache: configured, but the edge cache is not part of this version; requests bypass it")
 

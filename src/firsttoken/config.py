@@ -6,6 +6,7 @@ starts with a silently ignored typo is worse than one that refuses to start.
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 import os
 import re
@@ -26,6 +27,7 @@ from pydantic import (
 )
 
 from firsttoken.geo.places import GeoError, Place, resolve
+from firsttoken.journey.otlp import INSTALL_HINT as OTLP_INSTALL_HINT
 from firsttoken.sim.settings import SimSettings
 
 SIM_UPSTREAM = "sim"  # the upstream name of the in-process simulated region
@@ -132,11 +134,29 @@ class Streaming(_Strict):
     client_stall_s: float = Field(60.0, gt=0, description="a client that reads nothing for this long is dropped")
 
 
+class Otlp(_Strict):
+    endpoint: str = Field(description="the collector's OTLP/HTTP URL: http://host:4318 (/v1/traces is added)")
+    headers: dict[str, SecretStr] = Field(default_factory=dict, description="sent with every export (API keys)")
+    service_name: str = Field("firsttoken", min_length=1)
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, value: str) -> str:
+        match = re.match(r"^(https?://[^/\s]+)(/\S*)?$", value)
+        if not match:
+            raise ValueError(f"must be an http:// or https:// URL of an OTLP/HTTP collector, got {value!r}")
+        if importlib.util.find_spec("opentelemetry.sdk") is None:
+            raise ValueError(OTLP_INSTALL_HINT)
+        # Like OTEL_EXPORTER_OTLP_ENDPOINT: a bare collector address gets the signal's path.
+        return value if match.group(2) not in (None, "/") else match.group(1) + "/v1/traces"
+
+
 class Journeys(_Strict):
     log: str | None = Field("firsttoken-journeys.db", description="SQLite file of every journey; null: none")
     max_rows: int = Field(1_000_000, ge=1000)
     max_age_days: float = Field(30.0, gt=0)
     recent: int = Field(10_000, ge=10, le=1_000_000, description="journeys kept in memory for GET /v1/journeys")
+    otlp: Otlp | None = Field(None, description="export a span per journey, a child per phase, to a collector")
 
 
 class Settings(_Strict):

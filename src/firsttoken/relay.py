@@ -80,6 +80,8 @@ class Relay:
         self.result = RelayResult()
         self._done = False
         self._out: list[bytes] = []  # events of the current read, written together at its end
+        self._read_at = 0.0  # when the current read arrived: the time of the tokens it carries
+        self._stamped = 0  # token events already timed
 
     async def run(self) -> RelayResult:
         splitter = EventSplitter()
@@ -95,10 +97,9 @@ class Relay:
                     data = await content.readany()
                 if not data:
                     break
-                counted = timeline.token_events
+                self._read_at = perf_counter()
                 done = await self._feed(splitter.feed(data))
-                if timeline.token_events != counted:
-                    timeline.tokens_at(perf_counter())
+                self._stamp_tokens()
                 if done:
                     return self.result
                 if timeline.first_token:
@@ -159,7 +160,7 @@ class Relay:
                 if isinstance(chunk, dict) and "error" in chunk:
                     self._note_error(chunk)
                 elif is_token_bearing(chunk):
-                    timeline.first_token = perf_counter()
+                    timeline.first_token = self._read_at
         elif event.startswith(_ERROR_EVENTS):  # an error event is an object whose first key is "error"
             chunk = _loads(data_field(event) or b"")
             if isinstance(chunk, dict) and "error" in chunk:
@@ -203,10 +204,17 @@ class Relay:
         self._close()
         await self._flush()
 
+    def _stamp_tokens(self) -> None:
+        """Tokens arrived with the last read: it is when they came (not when the client took them)."""
+        if self.timeline.token_events != self._stamped:
+            self._stamped = self.timeline.token_events
+            self.timeline.tokens_at(self._read_at)
+
     def _close(self) -> None:
         if self._done:
             return
         self._done = True
+        self._stamp_tokens()  # the closing comment's decode counts the read that ended the stream
         self._out += (self.timeline.closing_comment()[:-2], DONE[:-2])
 
 

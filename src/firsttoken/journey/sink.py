@@ -1,12 +1,15 @@
-"""Where finished journeys go: counted in the metrics, and written to the log by a thread of the sink's
-own.
+"""Where finished journeys go: counted in the metrics, and written to the log (and to an OTLP collector,
+when configured) by a thread of the sink's own.
 
 On the event loop, as a request ends: its phases (arithmetic), the metrics (a bisect each), the log's
 row (a tuple). The thread only hands batches of rows to SQLite, whose work is C and releases the GIL;
 Python work on a second thread would hold the GIL against the event loop (every system call the loop
 makes lets the thread in, and getting it back can take the interpreter's 5 ms switch interval).
 
-The hand-off is bounded: if the writer falls behind by `capacity` rows (a disk that stalls), the oldest
+OTLP export is the exception, and opt-in: the SDK's spans are Python objects, so building them on the
+writer thread takes the GIL for tens of µs per journey (measured in docs/benchmarks.md).
+
+The hand-offs are bounded: if the writer falls behind by `capacity` rows (a disk that stalls), the oldest
 unwritten ones are dropped and counted rather than letting memory grow.
 """
 
@@ -19,9 +22,10 @@ from collections import deque
 from time import perf_counter
 from typing import Any
 
-from firsttoken.journey.attribution import phases
+from firsttoken.journey.attribution import Phases, phases
 from firsttoken.journey.log import JourneyLog, row
 from firsttoken.journey.metrics import Metrics
+from firsttoken.journey.otlp import OtlpExporter
 from firsttoken.journey.timeline import Timeline
 
 log = logging.getLogger("firsttoken.journeys")
@@ -31,54 +35,74 @@ DEFAULT_CAPACITY = 100_000
 
 
 class JourneySink:
-    def __init__(self, journey_log: JourneyLog | None, metrics: Metrics, capacity: int = DEFAULT_CAPACITY) -> None:
+    def __init__(self, journey_log: JourneyLog | None, metrics: Metrics, spans: OtlpExporter | None = None,
+                 capacity: int = DEFAULT_CAPACITY) -> None:
         self.log = journey_log
         self.metrics = metrics
+        self.spans = spans
         self._rows: deque[tuple[Any, ...]] = deque()
+        self._finished: deque[tuple[Timeline, Phases]] = deque()
         self._capacity = capacity
         self.dropped = 0
         self.written = 0
+        self.exported = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="journey-log", daemon=True)
 
     def start(self) -> None:
-        if self.log is not None:
+        if self.log is not None or self.spans is not None:
             self._thread.start()
 
     def put(self, timeline: Timeline) -> None:
         """A finished request, from the event loop."""
         p = phases(timeline)[0]
         self.metrics.observe(timeline, p)
-        if self.log is None:
-            return
-        if len(self._rows) >= self._capacity:
-            self._rows.popleft()
+        if self.log is not None:
+            # The wall-clock arrival from the monotonic one (deque appends are thread-safe).
+            self._hand_off(self._rows, row(timeline, p, time.time() - (perf_counter() - timeline.received)))
+        if self.spans is not None:
+            self._hand_off(self._finished, (timeline, p))
+
+    def _hand_off(self, queue: deque[Any], item: Any) -> None:
+        if len(queue) >= self._capacity:
+            queue.popleft()
             self.dropped += 1
-        # The wall-clock arrival from the monotonic one (deque appends are thread-safe).
-        self._rows.append(row(timeline, p, time.time() - (perf_counter() - timeline.received)))
+        queue.append(item)
 
     def close(self) -> None:
         """Write what is pending and stop (from the event loop's shutdown, through a thread)."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=10)
+        self._write()
         if self.log is not None:
-            self._write()
             self.log.close()
+        if self.spans is not None:
+            self.spans.close()
 
     def _run(self) -> None:
         while not self._stop.wait(FLUSH_INTERVAL_S):
             self._write()
 
     def _write(self) -> None:
-        assert self.log is not None
-        rows = []
-        while self._rows:
-            rows.append(self._rows.popleft())
-        if not rows:
-            return
-        try:
-            self.log.write(rows)
-            self.written += len(rows)
-        except Exception:  # a full disk: say so, keep serving, keep the metrics
-            log.exception("could not write %d journeys to %s", len(rows), self.log.path)
+        rows = _drain(self._rows)
+        if rows and self.log is not None:
+            try:
+                self.log.write(rows)
+                self.written += len(rows)
+            except Exception:  # a full disk: say so, keep serving, keep the metrics
+                log.exception("could not write %d journeys to %s", len(rows), self.log.path)
+        for timeline, p in _drain(self._finished):
+            assert self.spans is not None
+            try:
+                self.spans.export(timeline, p)  # queued in the SDK's batch; its own thread sends
+                self.exported += 1
+            except Exception:
+                log.exception("could not export journey %s as a span", timeline.request_id)
+
+
+def _drain(queue: deque[Any]) -> list[Any]:
+    items = []
+    while queue:
+        items.append(queue.popleft())
+    return items

@@ -20,6 +20,7 @@ from firsttoken.journey.attribution import attribute
 from firsttoken.journey.log import JourneyLog
 from firsttoken.journey.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from firsttoken.journey.metrics import Metrics
+from firsttoken.journey.otlp import OtlpExporter
 from firsttoken.journey.recent import RecentJourneys
 from firsttoken.journey.sink import JourneySink
 from firsttoken.journey.tcp_info import RttReader, client_transport
@@ -68,7 +69,12 @@ class Gateway:
         journey_log = None
         if journeys.log:
             journey_log = JourneyLog(journeys.log, journeys.max_rows, journeys.max_age_days * 86400)
-        self.sink = JourneySink(journey_log, self.metrics)
+        spans = None
+        if journeys.otlp is not None:
+            otlp = journeys.otlp
+            spans = OtlpExporter(otlp.endpoint, {k: v.get_secret_value() for k, v in otlp.headers.items()},
+                                 otlp.service_name)
+        self.sink = JourneySink(journey_log, self.metrics, spans)
         self.alarms = Alarms()
         # request ids: a per-process random prefix and a counter; unique without a syscall per request
         self._id_prefix = os.urandom(6).hex().encode()

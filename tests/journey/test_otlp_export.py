@@ -1,0 +1,143 @@
+"""OTLP export: with `journeys.otlp` set, every journey reaches a real OTLP/HTTP receiver as a span tree
+(a SERVER span per request, a child per phase, inside it), with the configured headers; a collector that
+is down costs the clients nothing."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import openai
+import pytest
+from aiohttp import web
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from pydantic import ValidationError
+
+from conftest import UPSTREAM_KEY
+from firsttoken.config import Otlp
+from support.gateway_process import GatewayProcess, free_port
+from support.loopback import serve_on_loopback
+from support.threaded import InThread
+
+USER = [{"role": "user", "content": "hello there"}]
+COLLECTOR_KEY = "otlp-ingest-key-98765"
+
+
+@dataclass
+class Collector:
+    port: int = 0
+    spans: list[Span] = field(default_factory=list)
+    resources: list[dict[str, Any]] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+@asynccontextmanager
+async def collector() -> AsyncIterator[Collector]:
+    """An OTLP/HTTP trace receiver: decodes each protobuf export as a collector would."""
+    received = Collector()
+
+    async def traces(request: web.Request) -> web.Response:
+        assert request.content_type == "application/x-protobuf"
+        export = ExportTraceServiceRequest.FromString(await request.read())
+        received.headers.append(dict(request.headers))
+        for resource_spans in export.resource_spans:
+            received.resources.append({a.key: a.value.string_value for a in resource_spans.resource.attributes})
+            for scope_spans in resource_spans.scope_spans:
+                received.spans.extend(scope_spans.spans)
+        return web.Response(body=b"", content_type="application/x-protobuf")
+
+    app = web.Application()
+    app.router.add_post("/v1/traces", traces)
+    async with serve_on_loopback(app) as port:
+        received.port = port
+        yield received
+
+
+def attributes(span: Span) -> dict[str, Any]:
+    values = {}
+    for a in span.attributes:
+        kind = a.value.WhichOneof("value")
+        values[a.key] = getattr(a.value, kind)
+    return values
+
+
+def settings(upstream_url: str, otlp_url: str) -> dict:
+    return {"upstreams": {"fake": {"url": upstream_url, "key": UPSTREAM_KEY}},
+            "journeys": {"log": None, "otlp": {"endpoint": otlp_url, "service_name": "edge-lagos",
+                                               "headers": {"x-ingest-key": COLLECTOR_KEY}}}}
+
+
+def wait_for(condition, seconds: float = 15.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def test_every_journey_is_a_span_tree_at_the_collector(tmp_path, upstream) -> None:
+    with InThread(collector) as received, GatewayProcess(settings(upstream.url, received.url), tmp_path) as gateway:
+        client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="none", max_retries=0)
+        streamed = client.chat.completions.with_raw_response.create(model="fake/echo", messages=USER, stream=True)
+        for _ in streamed.parse():
+            pass
+        whole = client.chat.completions.with_raw_response.create(model="fake/echo", messages=USER)
+        stream_id = streamed.headers["x-request-id"]
+        request_ids = {stream_id, whole.headers["x-request-id"]}
+        roots = lambda: [s for s in received.spans if not s.parent_span_id]  # noqa: E731
+        wait_for(lambda: len(roots()) >= 2)
+        log = gateway.log()
+
+    by_request = {attributes(s)["firsttoken.request_id"]: s for s in roots()}
+    assert set(by_request) == request_ids
+    assert {r["service.name"] for r in received.resources} == {"edge-lagos"}
+    assert all(h.get("x-ingest-key") == COLLECTOR_KEY for h in received.headers)
+    assert COLLECTOR_KEY not in log
+
+    for request_id, root in by_request.items():
+        facts = attributes(root)
+        assert root.name == "chat fake/echo" and root.kind == Span.SPAN_KIND_SERVER
+        assert facts["gen_ai.operation.name"] == "chat" and facts["gen_ai.request.model"] == "fake/echo"
+        assert facts["firsttoken.upstream"] == "fake" and facts["http.response.status_code"] == 200
+        assert facts["gen_ai.usage.output_tokens"] > 0
+        children = [s for s in received.spans if s.parent_span_id == root.span_id]
+        names = [c.name for c in children]
+        assert {"gateway", "ttfb"} <= set(names), names
+        assert ("decode" in names) == (request_id == stream_id), names  # a whole answer has no token times
+        for child in children:
+            assert child.trace_id == root.trace_id
+            assert root.start_time_unix_nano <= child.start_time_unix_nano <= child.end_time_unix_nano
+            assert child.end_time_unix_nano <= root.end_time_unix_nano, (child.name, facts)
+        # The phases follow each other in the order the journey lived them.
+        starts = {c.name: c.start_time_unix_nano for c in children}
+        assert starts["gateway"] <= starts["ttfb"] <= starts.get("decode", starts["ttfb"])
+        # A root lasts what the request lasted: well under the seconds since the process started.
+        assert 0 < root.end_time_unix_nano - root.start_time_unix_nano < 5e9
+        assert abs(root.start_time_unix_nano / 1e9 - time.time()) < 60
+
+
+def test_a_collector_that_is_down_costs_the_clients_nothing(tmp_path, upstream) -> None:
+    absent = f"http://127.0.0.1:{free_port()}"
+    with GatewayProcess(settings(upstream.url, absent), tmp_path) as gateway:
+        client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="none", max_retries=0)
+        for _ in range(3):
+            reply = client.chat.completions.create(model="fake/echo", messages=USER)
+            assert reply.choices[0].message.content
+        time.sleep(1.5)  # past an export attempt
+        stopping = time.monotonic()
+    assert time.monotonic() - stopping < 6  # the spans it could not send do not hold the shutdown
+    assert COLLECTOR_KEY not in gateway.log()
+
+
+def test_the_endpoint_is_a_collector_url() -> None:
+    assert Otlp(endpoint="http://collector:4318").endpoint == "http://collector:4318/v1/traces"
+    assert Otlp(endpoint="https://api.example.com/otlp/v1/traces").endpoint.endswith("/otlp/v1/traces")
+    with pytest.raises(ValidationError, match="OTLP/HTTP collector"):
+        Otlp(endpoint="collector:4318")
+    assert COLLECTOR_KEY not in repr(Otlp(endpoint="http://c:4318", headers={"k": COLLECTOR_KEY}))
