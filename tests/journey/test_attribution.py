@@ -7,7 +7,7 @@ import socket
 import pytest
 
 from firsttoken.journey.attribution import attribute, parse_server_timing
-from firsttoken.journey.tcp_info import Rtt, rtt_of
+from firsttoken.journey.tcp_info import Rtt, RttReader, rtt_of
 from firsttoken.journey.timeline import Timeline
 from firsttoken.server.forward import usage_count
 
@@ -104,3 +104,36 @@ def test_kernel_rtt_of_a_real_connection() -> None:
     a, b = socket.socketpair()
     with a, b:
         assert rtt_of(a) is None  # not TCP
+
+
+class _Transport:
+    """What the reader asks of a transport: its socket."""
+
+    def __init__(self, sock: socket.socket | None) -> None:
+        self.sock = sock
+        self.reads = 0
+
+    def get_extra_info(self, name: str) -> socket.socket | None:
+        assert name == "socket"
+        self.reads += 1
+        return self.sock
+
+
+def test_the_reader_asks_the_kernel_once_per_connection_and_age() -> None:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        with socket.create_connection(server.getsockname()) as client, server.accept()[0]:
+            reader = RttReader(max_age_s=1.0)
+            first, second = _Transport(client), _Transport(client)
+            rtt = reader.rtt(first, now=10.0)
+            assert rtt is not None and reader.rtt(first, now=10.5) is rtt and first.reads == 1
+            assert reader.rtt(first, now=11.5) is not None and first.reads == 2  # past its age
+            reader.rtt(first, now=11.6, fresh=True)
+            assert first.reads == 3
+            reader.rtt(second, now=11.6)
+            assert second.reads == 1  # another connection, its own reading
+            del first
+            replacement = _Transport(None)  # may well be given the id `first` had: it is still read itself
+            assert reader.rtt(replacement, now=11.7) is None and replacement.reads == 1
+    assert reader.rtt(None, now=12.0) is None

@@ -3,6 +3,7 @@ semantic conventions; the log stays within its bounds."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -11,13 +12,14 @@ import time
 import httpx
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import UPSTREAM_KEY
 from firsttoken.journey import log as journey_log
 from firsttoken.journey.attribution import phases
 from firsttoken.journey.log import JourneyLog, row
 from firsttoken.journey.metrics import Metrics
-from firsttoken.journey.sink import JourneySink
+from firsttoken.journey.sink import BATCH_S, JourneySink
 from firsttoken.journey.summary import parse_since, percentile, summarise
 from firsttoken.journey.timeline import Timeline
 from support.gateway_process import GatewayProcess
@@ -109,6 +111,26 @@ def test_the_sink_drops_the_oldest_when_it_falls_behind(tmp_path) -> None:
     assert sink.dropped == 2
     sink.close()  # writes what is left
     assert [r["id"] for r in journey_log.read(tmp_path / "j.db")] == ["r2", "r3", "r4"]
+
+
+def counted(metrics: Metrics) -> float:
+    """Requests in the operation-duration histogram."""
+    return sum(sample.value for family in text_string_to_metric_families(metrics.exposition().decode())
+               for sample in family.samples if sample.name == "gen_ai_client_operation_duration_seconds_count")
+
+
+async def test_a_started_sink_takes_journeys_in_batches_and_loses_none(tmp_path) -> None:
+    metrics = Metrics()
+    sink = JourneySink(JourneyLog(tmp_path / "j.db", 1000, 3600), metrics)
+    sink.start()
+    for i in range(3):
+        sink.put(finished(f"b{i}"))
+    assert counted(metrics) == 0  # waiting for its batch
+    await asyncio.sleep(BATCH_S * 3)
+    assert counted(metrics) == 3
+    sink.put(finished("last"))  # finished just before shutdown: close takes it
+    await asyncio.to_thread(sink.close)
+    assert [r["id"] for r in journey_log.read(tmp_path / "j.db")] == ["b0", "b1", "b2", "last"]
 
 
 def test_summary_helpers() -> None:

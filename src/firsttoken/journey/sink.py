@@ -1,13 +1,16 @@
 """Where finished journeys go: counted in the metrics, and written to the log (and to an OTLP collector,
 when configured) by a thread of the sink's own.
 
-On the event loop, as a request ends: its phases (arithmetic), the metrics (a bisect each), the log's
-row (a tuple). The thread only hands batches of rows to SQLite, whose work is C and releases the GIL;
-Python work on a second thread would hold the GIL against the event loop (every system call the loop
-makes lets the thread in, and getting it back can take the interpreter's 5 ms switch interval).
+A request's end only appends its timeline to a list. Every BATCH_S the event loop turns the batch into
+phases (arithmetic), metrics (a bisect each) and the log's rows (tuples), in one tight loop: the same
+work done once per request between two requests' worth of other code ran at several times the cost
+(measured in docs/benchmarks.md), because each time it started from cold caches. /metrics and shutdown
+take the batch first, so nothing is seen late or lost.
 
-OTLP export is the exception, and opt-in: the SDK's spans are Python objects, so building them on the
-writer thread takes the GIL for tens of µs per journey (measured in docs/benchmarks.md).
+The thread only hands batches of rows to SQLite, whose work is C and releases the GIL; Python work on a
+second thread would hold the GIL against the event loop (every system call the loop makes lets the
+thread in, and getting it back can take the interpreter's 5 ms switch interval). OTLP export is the
+exception, and opt-in: the SDK's spans are Python objects, built on that thread.
 
 The hand-offs are bounded: if the writer falls behind by `capacity` rows (a disk that stalls), the oldest
 unwritten ones are dropped and counted rather than letting memory grow.
@@ -15,6 +18,7 @@ unwritten ones are dropped and counted rather than letting memory grow.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -30,7 +34,8 @@ from firsttoken.journey.timeline import Timeline
 
 log = logging.getLogger("firsttoken.journeys")
 
-FLUSH_INTERVAL_S = 0.25
+BATCH_S = 0.1
+FLUSH_INTERVAL_S = 0.5
 DEFAULT_CAPACITY = 100_000
 
 
@@ -46,22 +51,39 @@ class JourneySink:
         self.dropped = 0
         self.written = 0
         self.exported = 0
+        self._batch: list[Timeline] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="journey-log", daemon=True)
 
     def start(self) -> None:
+        """On the event loop: from now on, finished journeys are taken in batches on it."""
+        self._loop = asyncio.get_running_loop()
         if self.log is not None or self.spans is not None:
             self._thread.start()
 
     def put(self, timeline: Timeline) -> None:
         """A finished request, from the event loop."""
-        p = phases(timeline)[0]
-        self.metrics.observe(timeline, p)
-        if self.log is not None:
-            # The wall-clock arrival from the monotonic one (deque appends are thread-safe).
-            self._hand_off(self._rows, row(timeline, p, time.time() - (perf_counter() - timeline.received)))
-        if self.spans is not None:
-            self._hand_off(self._finished, (timeline, p))
+        self._batch.append(timeline)
+        if len(self._batch) == 1:
+            if self._loop is None:  # not started (a tool or a test): at once
+                self.take_batch()
+            else:
+                self._loop.call_later(BATCH_S, self.take_batch)
+
+    def take_batch(self) -> None:
+        """Phases, metrics and rows of the journeys that finished since the last batch (on the loop)."""
+        batch, self._batch = self._batch, []
+        now_wall, now = time.time(), perf_counter()
+        observe, keep_rows, keep_spans = self.metrics.observe, self.log is not None, self.spans is not None
+        for timeline in batch:
+            p = phases(timeline)[0]
+            observe(timeline, p)
+            if keep_rows:
+                # The wall-clock arrival from the monotonic one (deque appends are thread-safe).
+                self._hand_off(self._rows, row(timeline, p, now_wall - (now - timeline.received)))
+            if keep_spans:
+                self._hand_off(self._finished, (timeline, p))
 
     def _hand_off(self, queue: deque[Any], item: Any) -> None:
         if len(queue) >= self._capacity:
@@ -70,7 +92,8 @@ class JourneySink:
         queue.append(item)
 
     def close(self) -> None:
-        """Write what is pending and stop (from the event loop's shutdown, through a thread)."""
+        """Write what is pending and stop (after take_batch on the event loop's shutdown, through a thread)."""
+        self.take_batch()
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=10)

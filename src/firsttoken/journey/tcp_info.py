@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,23 +63,26 @@ class RttReader:
     """A connection's RTT, read from the kernel at most once per `max_age_s`: the estimate moves slowly,
     and a getsockopt for every request on a kept-alive connection cost more than the rest of the X-ray.
 
-    Connections are told apart by the transport's identity and its peer address (an id alone can be
-    reused by the next connection once one closes); `fresh=True` reads a new connection at once."""
+    Connections are told apart by the transport itself, held weakly: an id can pass to the next
+    connection once one closes, the reference then no longer leads to the same object. The table is
+    bounded (cleared when full); `fresh=True` reads a new connection at once."""
 
     def __init__(self, max_age_s: float = 1.0, max_entries: int = 4096) -> None:
         self.max_age_s = max_age_s
         self.max_entries = max_entries
-        self._read: dict[tuple[int, Any], tuple[float, Rtt | None]] = {}
+        self._read: dict[int, tuple[weakref.ref[Any], float, Rtt | None]] = {}
 
     def rtt(self, transport: Any, now: float, fresh: bool = False) -> Rtt | None:
         if transport is None:
             return None
-        key = (id(transport), transport.get_extra_info("peername"))
-        known = self._read.get(key)
-        if known is not None and not fresh and now - known[0] < self.max_age_s:
-            return known[1]
+        known = self._read.get(id(transport))
+        if known is not None and known[0]() is transport and not fresh and now - known[1] < self.max_age_s:
+            return known[2]
         rtt = rtt_of(transport.get_extra_info("socket"))
         if len(self._read) >= self.max_entries:
             self._read.clear()
-        self._read[key] = (now, rtt)
+        try:
+            self._read[id(transport)] = (weakref.ref(transport), now, rtt)
+        except TypeError:  # a transport that cannot be referenced weakly is read every time
+            pass
         return rtt

@@ -129,6 +129,7 @@ class Gateway:
                 if self.embedded is not None:
                     await self.embedded.close()
                 await self.alarms.close()
+                self.sink.take_batch()
                 await asyncio.to_thread(self.sink.close)  # the last journeys reach the log
                 await send({"type": "lifespan.shutdown.complete"})
                 return
@@ -248,6 +249,7 @@ class Gateway:
     async def prometheus(self, scope: Scope, receive: Receive, send: Send, base: Headers,
                          timeline: Timeline) -> None:
         self.keys.tenant(scope)  # with client keys configured, a scraper sends one too
+        self.sink.take_batch()  # what finished up to now, not up to the last batch
         await send_bytes(send, 200, self.metrics.exposition(), response_headers(base, timeline),
                          (b"content-type", METRICS_CONTENT_TYPE.encode()))
 

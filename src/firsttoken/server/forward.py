@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter
@@ -310,6 +311,7 @@ class StreamForwarder:
 
 _COMPLETION_TOKENS = b'"completion_tokens":'
 _PROMPT_TOKENS = b'"prompt_tokens":'
+_NUMBER = re.compile(rb"\s*(\d{1,12})")
 
 
 def usage_count(answer: bytes, field: bytes) -> int | None:
@@ -317,11 +319,8 @@ def usage_count(answer: bytes, field: bytes) -> int | None:
     at = answer.rfind(field)
     if at < 0:
         return None
-    digits = answer[at + len(field):at + len(field) + 12].lstrip()
-    end = 0
-    while end < len(digits) and digits[end:end + 1].isdigit():
-        end += 1
-    return int(digits[:end]) if end else None
+    number = _NUMBER.match(answer, at + len(field))
+    return int(number.group(1)) if number else None
 
 
 def client_wants_usage(body: dict[str, Any]) -> bool:
