@@ -32,10 +32,12 @@ Write = Callable[[bytes, bool], Awaitable[None]]  # (data, last): the last write
 
 _ERROR_EVENTS = (b'data: {"error"', b'data:{"error"')
 # Any of these in a read sends it through the per-event path: the end, a usage object, an error.
-# Reads holding one of these take the per-event path: the end, usage, errors, and the finish chunk (which
-# carries no token, so it must not count as one: the last token's time is the decode's end).
-_SPECIAL_MARKERS = (b"[DONE]", b'"usage":{', b'"usage": {', b'{"error"', b'"finish_reason":"', b'"finish_reason": "')
-_EMPTY_DELTAS = (b'"delta":{}', b'"delta": {}')
+# Reads holding one of these take the per-event path: the end, usage, errors.
+_SPECIAL_MARKERS = (b"[DONE]", b'"usage":{', b'"usage": {', b'{"error"')
+# A chunk with an empty delta (the finish chunk) carries no token, so it is not counted as one: the last
+# token's time is the decode's end.
+_EMPTY_DELTA, _EMPTY_DELTA_SPACED = b'"delta":{}', b'"delta": {}'
+
 _TOKEN_FIELDS = ("content", "reasoning_content", "reasoning", "tool_calls", "refusal", "function_call")
 
 
@@ -127,7 +129,8 @@ class Relay:
             # whole read tells, and the read goes out as it came, with no work per event.
             blob = b"\n\n".join(events)
             if not any(marker in blob for marker in _SPECIAL_MARKERS):
-                self.timeline.token_events += len(events)
+                self.timeline.token_events += (len(events) - blob.count(_EMPTY_DELTA)
+                                               - blob.count(_EMPTY_DELTA_SPACED))
                 self._out.append(blob)
                 return False
         for event in events:
@@ -175,7 +178,7 @@ class Relay:
                     if not self.strip_usage:
                         self._out.append(event)
                     return False
-        if timeline.first_token and not any(empty in event for empty in _EMPTY_DELTAS):
+        if timeline.first_token and _EMPTY_DELTA not in event and _EMPTY_DELTA_SPACED not in event:
             timeline.token_events += 1
         self._out.append(event)
         return False

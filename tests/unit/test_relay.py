@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 
 import pytest
 
@@ -29,7 +31,7 @@ class Stream:
         return self._reads.pop(0) if self._reads else b""
 
 
-async def relay(reads: list[bytes], strip_usage: bool) -> tuple[list[bytes], Relay]:
+async def relay(reads: list[bytes], strip_usage: bool, stream: Stream | None = None) -> tuple[list[bytes], Relay]:
     written: list[bytes] = []
 
     async def write(data: bytes, last: bool) -> None:
@@ -38,7 +40,7 @@ async def relay(reads: list[bytes], strip_usage: bool) -> tuple[list[bytes], Rel
     alarms = Alarms()
     alarms.start()
     try:
-        r = Relay(Stream(reads), write, Timeline(), translator=None, strip_usage=strip_usage, alarms=alarms,
+        r = Relay(stream or Stream(reads), write, Timeline(), translator=None, strip_usage=strip_usage, alarms=alarms,
                   heartbeat=alarms.heartbeat(60, lambda: None), first_token_deadline=alarms.now() + 5,
                   idle_s=5, upstream="test")
         await r.run()
@@ -62,6 +64,25 @@ async def test_reads_are_forwarded_whole_and_usage_follows_the_client(strip: boo
     assert last.endswith(b"data: [DONE]\n\n") and b": server-timing ttft;dur=" in last
     assert r.result.clean and r.result.usage == USAGE
     assert r.timeline.token_events == 3
+
+
+async def test_the_finish_chunk_is_no_token_and_does_not_end_the_decode() -> None:
+    finish = b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'
+    reads = [chunk({"content": "a"}), chunk({"content": "b"}) + finish.replace(b'"delta":{}', b'"delta": {}'),
+             finish, b"data: [DONE]\n\n"]
+    times: list[float] = []
+
+    class Paced(Stream):
+        async def readany(self) -> bytes:
+            await asyncio.sleep(0.02)  # every read comes later than the one before
+            times.append(time.perf_counter())
+            return await super().readany()
+
+    written, r = await relay(reads, strip_usage=True, stream=Paced(reads))
+    assert r.timeline.token_events == 2  # "a" and "b"; neither finish chunk
+    assert r.timeline.first_token == pytest.approx(times[0], abs=0.005)
+    assert r.timeline.last_token == pytest.approx(times[1], abs=0.005)  # not the lone finish chunk's read
+    assert b"".join(written).count(b"finish_reason") == 2
 
 
 async def test_a_token_that_says_done_is_not_the_end() -> None:

@@ -45,6 +45,8 @@ class HistogramFamily(Collector):
     def collect(self) -> Iterator[HistogramMetricFamily]:
         family = HistogramMetricFamily(self.name, self.documentation, labels=self.labels)
         for values, series in list(self.series.items()):
+            if not any(series.counts):  # made ahead of use, never observed
+                continue
             cumulative, buckets = 0, []
             for bound, count in zip((*map(_bound, self.bounds), "+Inf"), series.counts, strict=True):
                 cumulative += count

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Sequence
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,14 @@ CREATE INDEX IF NOT EXISTS journeys_at ON journeys (at);
 COLUMNS = ("id", "at", "tenant", "model", "route", "upstream", "stream", "status", "attempts", "reused",
            "client_rtt", "gateway", "cache", "connect", "ttfb", "rtt", "floor", "distance_tax", "queue_prefill",
            "ttft", "decode", "e2e", "output_tokens", "tokens_per_s", "itl_max", "upstream_timing")
-_INSERT = f"INSERT OR REPLACE INTO journeys ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
+
+# Rows go in as multi-row INSERTs of 2**k rows each (at most 256: 6 656 parameters, under SQLite's
+# 32 766): sqlite3 lets go of the GIL once per statement, and executemany's once per row made the
+# event loop and this thread trade the GIL (and, on one core, the CPU) a thousand times a batch, at
+# several times SQLite's own cost per row (measured in docs/benchmarks.md).
+_CHUNKS = (256, 128, 64, 32, 16, 8, 4, 2, 1)
+_ONE_ROW = f"({', '.join('?' * len(COLUMNS))})"
+_INSERTS = {n: f"INSERT INTO journeys ({', '.join(COLUMNS)}) VALUES {', '.join([_ONE_ROW] * n)}" for n in _CHUNKS}
 
 
 def connect(path: str | Path) -> sqlite3.Connection:
@@ -64,9 +72,13 @@ class JourneyLog:
         self.db = connect(self.path)
         self._writes = 0
 
-    def write(self, rows: Iterable[tuple[Any, ...]]) -> None:
+    def write(self, rows: Sequence[tuple[Any, ...]]) -> None:
         with self.db:
-            self.db.executemany(_INSERT, rows)
+            start = 0
+            for size in _CHUNKS:
+                while len(rows) - start >= size:
+                    self.db.execute(_INSERTS[size], list(chain.from_iterable(rows[start:start + size])))
+                    start += size
         self._writes += 1
         if self._writes % 20 == 1:  # now and then is enough for a bound
             self.prune(time.time())
