@@ -301,6 +301,9 @@ def _banner(settings: Settings, workers: int) -> None:
     if journeys.otlp is not None:
         where.append(f"OTLP spans to {journeys.otlp.endpoint} as {journeys.otlp.service_name}")
     err.print(f"  journeys: {'; '.join(where) or 'kept in memory only'}", markup=False, soft_wrap=True)
+    if workers > 1:
+        err.print(f"  note: /metrics and /v1/journeys answer for the one of the {workers} workers that takes the "
+                  f"request (each keeps its own); the journey log and OTLP export have every worker's journeys")
     if settings.cache is not None:
         err.print("  cache: configured, but the edge cache is not part of this version; requests bypass it")
 
