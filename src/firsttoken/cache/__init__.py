@@ -1,0 +1,1 @@
+"""The edge cache: exact keys, stores, and replays in either shape."""

@@ -1,0 +1,184 @@
+"""Where cached answers live: in this process's memory, or in a SQLite file that survives restarts.
+
+Both evict by TTL (an expired entry is a miss, and is swept) and by size (the least recently written go
+first). The SQLite store reads on the caller's thread (a primary-key lookup in a page-cached file: a few
+µs, cheaper than a hop to a thread) and writes on a thread of its own, in batches, so that a disk that
+stalls never stalls the event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Protocol
+
+from firsttoken.cache.entry import Entry
+
+log = logging.getLogger("firsttoken.cache")
+
+FLUSH_INTERVAL_S = 0.2
+
+
+class Store(Protocol):
+    def get(self, key: str, now: float) -> Entry | None: ...
+    def put(self, key: str, entry: Entry) -> None: ...
+    def purge(self, tenant: str | None = None, model: str | None = None) -> int: ...
+    def stats(self) -> list[dict[str, object]]: ...
+    def close(self) -> None: ...
+
+
+class MemoryStore:
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[str, Entry] = OrderedDict()
+        self._bytes = 0
+
+    def get(self, key: str, now: float) -> Entry | None:
+        entry = self._entries.get(key)
+        if entry is not None and entry.expires <= now:
+            self._drop(key)
+            return None
+        return entry
+
+    def put(self, key: str, entry: Entry) -> None:
+        if entry.size > self.max_bytes:
+            return
+        self._drop(key)
+        self._entries[key] = entry
+        self._bytes += entry.size
+        while self._bytes > self.max_bytes:
+            self._drop(next(iter(self._entries)))
+
+    def _drop(self, key: str) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self._bytes -= entry.size
+
+    def purge(self, tenant: str | None = None, model: str | None = None) -> int:
+        doomed = [k for k, e in self._entries.items() if _matches(e, tenant, model)]
+        for key in doomed:
+            self._drop(key)
+        return len(doomed)
+
+    def stats(self) -> list[dict[str, object]]:
+        totals: dict[tuple[str, str], list[int]] = {}
+        for entry in self._entries.values():
+            slot = totals.setdefault((entry.tenant, entry.model), [0, 0])
+            slot[0] += 1
+            slot[1] += entry.size
+        return _rows((tenant, model, n, size) for (tenant, model), (n, size) in totals.items())
+
+    def close(self) -> None:
+        pass
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS answers (
+    key TEXT PRIMARY KEY,
+    kind TEXT NOT NULL, body BLOB NOT NULL, tenant TEXT NOT NULL, model TEXT NOT NULL,
+    created REAL NOT NULL, expires REAL NOT NULL, size INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS answers_expires ON answers (expires);
+"""
+
+
+class SqliteStore:
+    def __init__(self, path: str | Path, max_bytes: int) -> None:
+        self.path = Path(path)
+        self.max_bytes = max_bytes
+        self._db = _connect(self.path)
+        self._pending: deque[tuple[str, Entry]] = deque(maxlen=10_000)  # a bound if the disk stalls
+        self._lock = threading.Lock()  # one connection, two threads: reads here, writes on the writer
+        self._stop = threading.Event()
+        self._writer = threading.Thread(target=self._run, name="cache-writer", daemon=True)
+        self._writer.start()
+
+    def get(self, key: str, now: float) -> Entry | None:
+        with self._lock:
+            row = self._db.execute("SELECT kind, body, tenant, model, created, expires FROM answers WHERE key = ?",
+                                   (key,)).fetchone()
+        if row is None or row[5] <= now:
+            return None
+        return Entry(row[0], bytes(row[1]), row[2], row[3], row[4], row[5])
+
+    def put(self, key: str, entry: Entry) -> None:
+        if entry.size <= self.max_bytes:
+            self._pending.append((key, entry))
+
+    def _run(self) -> None:
+        while not self._stop.wait(FLUSH_INTERVAL_S):
+            self.flush()
+
+    def flush(self) -> None:
+        """Write what is pending, then hold the file to its bounds."""
+        batch = []
+        while self._pending:
+            batch.append(self._pending.popleft())
+        if not batch:
+            return
+        try:
+            with self._lock, self._db:
+                self._db.executemany("INSERT OR REPLACE INTO answers VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                                     [(k, e.kind, e.body, e.tenant, e.model, e.created, e.expires, e.size)
+                                      for k, e in batch])
+                self._db.execute("DELETE FROM answers WHERE expires <= ?", (time.time(),))
+                total = self._db.execute("SELECT coalesce(sum(size), 0) FROM answers").fetchone()[0]
+                if total > self.max_bytes:  # the oldest written go first, until it fits
+                    self._db.execute(
+                        "DELETE FROM answers WHERE rowid <= (SELECT rowid FROM (SELECT rowid, sum(size) OVER "
+                        "(ORDER BY rowid DESC) AS kept FROM answers) WHERE kept > ? ORDER BY rowid DESC LIMIT 1)",
+                        (self.max_bytes,))
+        except sqlite3.Error:  # a full disk: the cache misses more, nothing else changes
+            log.exception("could not write %d answers to %s", len(batch), self.path)
+
+    def purge(self, tenant: str | None = None, model: str | None = None) -> int:
+        self.flush()
+        query, args = _filter(tenant, model)
+        with self._lock, self._db:
+            return self._db.execute(f"DELETE FROM answers{query}", args).rowcount
+
+    def stats(self) -> list[dict[str, object]]:
+        self.flush()
+        with self._lock:
+            return _rows(self._db.execute("SELECT tenant, model, count(*), sum(size) FROM answers WHERE expires > ? "
+                                          "GROUP BY tenant, model", (time.time(),)).fetchall())
+
+    def close(self) -> None:
+        self._stop.set()
+        self._writer.join(timeout=10)
+        self.flush()
+        self._db.close()
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    db = sqlite3.connect(str(path), timeout=10, check_same_thread=False)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.executescript(_SCHEMA)
+    return db
+
+
+def _filter(tenant: str | None, model: str | None) -> tuple[str, list[str]]:
+    clauses, args = [], []
+    if tenant is not None:
+        clauses.append("tenant = ?")
+        args.append(tenant)
+    if model is not None:
+        clauses.append("(model = ? OR model LIKE ?)")
+        args += [model, f"%/{model}"]
+    return (" WHERE " + " AND ".join(clauses) if clauses else ""), args
+
+
+def _matches(entry: Entry, tenant: str | None, model: str | None) -> bool:
+    return ((tenant is None or entry.tenant == tenant)
+            and (model is None or entry.model == model or entry.model.endswith(f"/{model}")))
+
+
+def _rows(groups: Iterable[tuple[str, str, int, int]]) -> list[dict[str, object]]:
+    """Per tenant and model: entries and bytes."""
+    return [{"tenant": t, "model": m, "entries": n, "bytes": size} for t, m, n, size in sorted(groups)]
