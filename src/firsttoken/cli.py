@@ -304,8 +304,12 @@ def _banner(settings: Settings, workers: int) -> None:
     if workers > 1:
         err.print(f"  note: /metrics and /v1/journeys answer for the one of the {workers} workers that takes the "
                   f"request (each keeps its own); the journey log and OTLP export have every worker's journeys")
-    if settings.cache is not None:
-        err.print("  cache: configured, but the edge cache is not part of this version; requests bypass it")
+    cache = settings.cache
+    if cache is not None and cache.backend != "none":
+        where = cache.path if cache.backend == "sqlite" else "memory"
+        scope = "shared by all client keys" if cache.shared else "one per client key"
+        semantic = "; semantic matching is not in this version yet (exact only)" if cache.semantic else ""
+        err.print(f"  cache: exact, in {where}, {scope}, TTL {cache.ttl} s{semantic}", markup=False, soft_wrap=True)
 
 
 def _run(settings: Settings, config_path: str | None, workers: int) -> None:

@@ -122,7 +122,25 @@ class Cache(_Strict):
     path: str = "firsttoken-cache.db"
     url: str | None = None
     semantic: bool = True
-    ttl: int = Field(86400, ge=0)
+    ttl: int = Field(86400, ge=0, description="seconds an answer is kept")
+    max_bytes: int = Field(256 * 1024 * 1024, ge=1024, description="answers kept in all; the oldest go first")
+    shared: bool = Field(False, description="one cache for every client key (by default each has its own)")
+    models: dict[str, int] = Field(default_factory=dict, description="TTL per alias or upstream/model; 0: off")
+
+    @field_validator("backend")
+    @classmethod
+    def _backend(cls, value: str) -> str:
+        if value == "redis":
+            raise ValueError("the redis backend is not in this version yet; use sqlite (the default) or memory")
+        return value
+
+    @field_validator("models")
+    @classmethod
+    def _ttls(cls, value: dict[str, int]) -> dict[str, int]:
+        for model, ttl in value.items():
+            if ttl < 0:
+                raise ValueError(f"{model}: a TTL is seconds, 0 or more (0 turns the cache off for it)")
+        return value
 
 
 class Limits(_Strict):

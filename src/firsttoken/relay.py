@@ -68,7 +68,8 @@ class Relay:
 
     def __init__(self, response: aiohttp.ClientResponse, write: Write, timeline: Timeline, *,
                  translator: StreamTranslator | None, strip_usage: bool, alarms: Alarms, heartbeat: Heartbeat,
-                 first_token_deadline: float, idle_s: float, upstream: str) -> None:
+                 first_token_deadline: float, idle_s: float, upstream: str,
+                 capture: list[bytes] | None = None) -> None:
         self.response = response
         self.write = write
         self.timeline = timeline
@@ -80,6 +81,7 @@ class Relay:
         self.idle_s = idle_s
         self.upstream = upstream
         self.result = RelayResult()
+        self.capture = capture  # every event, usage too, for the cache: what a replay would send
         self._done = False
         self._out: list[bytes] = []  # events of the current read, written together at its end
         self._read_at = 0.0  # when the current read arrived: the time of the tokens it carries
@@ -132,6 +134,8 @@ class Relay:
                 self.timeline.token_events += (len(events) - blob.count(_EMPTY_DELTA)
                                                - blob.count(_EMPTY_DELTA_SPACED))
                 self._out.append(blob)
+                if self.capture is not None:
+                    self.capture.append(blob)
                 return False
         for event in events:
             if self.translator is None:
@@ -156,6 +160,8 @@ class Relay:
             self.result.clean = self.result.error is None
             self._close()
             return True
+        if self.capture is not None:
+            self.capture.append(event)
         if not timeline.first_token:
             payload = data_field(event)
             if payload is not None:

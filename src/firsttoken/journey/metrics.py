@@ -72,7 +72,7 @@ class Metrics:
         series = self._series.get(key)
         if series is None:
             series = self._series[key] = self._series_for(timeline)
-        self.cache.inc("bypass")
+        self.cache.inc(timeline.cache.decode())
         if timeline.status >= 400:
             self.duration.of(*series.labels, str(timeline.status)).observe(p.e2e / 1000)
             return

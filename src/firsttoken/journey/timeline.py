@@ -18,7 +18,7 @@ class Timeline:
     __slots__ = ("request_id", "operation", "tenant", "model", "stream", "status", "received", "cache_ms",
                  "sent", "first_byte", "first_token", "last_token", "last_byte", "max_gap", "connect_ms", "reused",
                  "token_events", "output_tokens", "input_tokens", "route", "upstream", "attempts", "client_rtt",
-                 "upstream_rtt", "upstream_timing", "floor_ms", "handshake")
+                 "upstream_rtt", "upstream_timing", "floor_ms", "handshake", "cache")
 
     def __init__(self, request_id: str = "") -> None:
         self.received = perf_counter()
@@ -28,6 +28,7 @@ class Timeline:
         self.stream = False
         self.status = 0
         self.cache_ms = 0.0
+        self.cache = b"bypass"  # the edge cache's outcome (x-firsttoken-cache): bypass | miss | hit
         self.sent = 0.0
         self.first_byte = 0.0
         self.first_token = 0.0

@@ -14,6 +14,7 @@ from urllib.parse import parse_qs
 
 from firsttoken import config as config_module
 from firsttoken.alarms import Alarms
+from firsttoken.cache.edge import EdgeCache, Lookup
 from firsttoken.config import SIM_UPSTREAM, Settings
 from firsttoken.errors import GatewayError
 from firsttoken.journey.attribution import attribute
@@ -28,7 +29,8 @@ from firsttoken.journey.timeline import Timeline
 from firsttoken.routing.targets import Target, TargetResolver
 from firsttoken.server import validate
 from firsttoken.server.auth import ClientKeys
-from firsttoken.server.forward import StreamForwarder, client_wants_usage, forward_complete
+from firsttoken.server.cached import send_cached
+from firsttoken.server.forward import Keep, StreamForwarder, client_wants_usage, forward_complete
 from firsttoken.server.http import (
     ClientDisconnected,
     ClientStalled,
@@ -75,6 +77,8 @@ class Gateway:
             spans = OtlpExporter(otlp.endpoint, {k: v.get_secret_value() for k, v in otlp.headers.items()},
                                  otlp.service_name)
         self.sink = JourneySink(journey_log, self.metrics, spans)
+        cache = settings.cache
+        self.cache = EdgeCache(cache) if cache is not None and cache.backend != "none" else None
         self.alarms = Alarms()
         # request ids: a per-process random prefix and a counter; unique without a syscall per request
         self._id_prefix = os.urandom(6).hex().encode()
@@ -131,6 +135,8 @@ class Gateway:
                 await self.alarms.close()
                 self.sink.take_batch()
                 await asyncio.to_thread(self.sink.close)  # the last journeys reach the log
+                if self.cache is not None:
+                    await asyncio.to_thread(self.cache.close)  # and the last answers the cache
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
@@ -183,6 +189,17 @@ class Gateway:
         model, stream = validate.chat_request(body)
         timeline.model, timeline.stream = model, stream
         targets = self.resolver.resolve(model)
+        keep = None
+        if self.cache is not None:
+            looked_up = perf_counter()
+            lookup = self.cache.lookup(scope["headers"], timeline.tenant, model, [t.label for t in targets], body)
+            timeline.cache_ms = (perf_counter() - looked_up) * 1000.0
+            if lookup is not None:
+                if lookup.hit is not None:
+                    await send_cached(send, base, timeline, lookup.hit, stream, client_wants_usage(body))
+                    return
+                timeline.cache = b"miss"
+                keep = self._keeper(lookup, timeline)
 
         def build(link: UpstreamLink, target: Target) -> Any:
             return link.adapter.chat(body, target.model, stream)
@@ -190,12 +207,19 @@ class Gateway:
         if stream:
             forwarder = StreamForwarder(self.upstreams, self.alarms, targets, build, send, base, timeline,
                                         client_wants_usage=client_wants_usage(body), heartbeat_s=self.heartbeat_s,
-                                        client_stall_s=self.settings.streaming.client_stall_s)
+                                        client_stall_s=self.settings.streaming.client_stall_s, keep=keep)
             await until_disconnect(receive, forwarder.run(), self.alarms)
         else:
             await until_disconnect(receive, forward_complete(
                 self.upstreams, self.alarms, targets, build, lambda link, data: link.adapter.chat_response(data),
-                send, base, timeline), self.alarms)
+                send, base, timeline, keep), self.alarms)
+
+    def _keeper(self, lookup: Lookup, timeline: Timeline) -> Keep | None:
+        """How a clean answer to this request goes into the cache, when it may."""
+        cache = self.cache
+        if cache is None or not lookup.keep:
+            return None
+        return lambda kind, answer, headers: cache.keep(lookup, kind, answer, timeline.route, headers)
 
     async def embeddings(self, scope: Scope, receive: Receive, send: Send, base: Headers,
                          timeline: Timeline) -> None:

@@ -44,6 +44,8 @@ CONNECTION_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, 
 _PASSED_HEADERS = (b"retry-after", b"x-ratelimit-")
 
 BuildRequest = Callable[[UpstreamLink, Target], UpstreamRequest]
+# A clean answer for the edge cache: (kind "json" | "sse", the answer in OpenAI's format, upstream headers).
+Keep = Callable[[str, bytes, Any], None]
 
 
 def passthrough_headers(response: aiohttp.ClientResponse) -> Headers:
@@ -139,7 +141,7 @@ def _refusal(link: UpstreamLink, response: aiohttp.ClientResponse, data: bytes) 
 
 async def forward_complete(upstreams: Upstreams, alarms: Alarms, targets: list[Target], build: BuildRequest,
                            translate: Callable[[UpstreamLink, bytes], bytes], send: Send,
-                           base_headers: Headers, timeline: Timeline) -> None:
+                           base_headers: Headers, timeline: Timeline, keep: Keep | None = None) -> None:
     """A non-streaming request: the first target that answers well is the answer."""
     failure: GatewayError | None = None
     for target in targets:
@@ -171,6 +173,8 @@ async def forward_complete(upstreams: Upstreams, alarms: Alarms, targets: list[T
         timeline.status = response.status
         await send_bytes(send, response.status, answer, headers)
         timeline.last_byte = perf_counter()
+        if keep is not None and response.status == 200:
+            keep("json", answer, response.headers)
         return
     assert failure is not None
     log.warning("request failed after %d attempt(s): %s", timeline.attempts, failure.message)
@@ -184,8 +188,9 @@ class StreamForwarder:
 
     def __init__(self, upstreams: Upstreams, alarms: Alarms, targets: list[Target], build: BuildRequest, send: Send,
                  base_headers: Headers, timeline: Timeline, *, client_wants_usage: bool, heartbeat_s: float,
-                 client_stall_s: float) -> None:
+                 client_stall_s: float, keep: Keep | None = None) -> None:
         self.upstreams = upstreams
+        self.keep = keep
         self.alarms = alarms
         self.targets = targets
         self.build = build
@@ -265,7 +270,8 @@ class StreamForwarder:
         relay = Relay(response, self._write, self.timeline,
                       translator=link.adapter.stream_translator(True),  # usage for us; the relay strips it
                       strip_usage=not self.client_wants_usage, alarms=self.alarms, heartbeat=self.heartbeat,
-                      first_token_deadline=deadline, idle_s=link.settings.timeouts.idle, upstream=link.name)
+                      first_token_deadline=deadline, idle_s=link.settings.timeouts.idle, upstream=link.name,
+                      capture=[] if self.keep is not None else None)
         result = await relay.run()
         usage = result.usage or {}
         output, prompt = usage.get("completion_tokens"), usage.get("prompt_tokens")
@@ -276,6 +282,8 @@ class StreamForwarder:
             await self.send({"type": "http.response.body", "body": b""})
         if result.clean:
             link.pool.release_later(response)
+            if self.keep is not None and relay.capture:
+                self.keep("sse", b"\n\n".join(relay.capture) + b"\n\n", response.headers)
         return None
 
     async def _write(self, data: bytes, last: bool = False) -> None:
