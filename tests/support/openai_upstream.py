@@ -113,6 +113,8 @@ def build_app(stats: Stats) -> web.Application:
             words = []
         else:
             words = ("echo: " + _last_user_text(body)).split(" ")
+        # "no-store": an answer the upstream marks as not to be cached
+        marks = {"Cache-Control": "no-store"} if model == "no-store" else {}
         if not body.get("stream"):
             message: dict[str, Any] = {"role": "assistant", "content": " ".join(words) if words else None}
             finish = "stop"
@@ -124,8 +126,8 @@ def build_app(stats: Stats) -> web.Application:
             return web.json_response({"id": "chatcmpl-test", "object": "chat.completion", "created": 1,
                                       "model": model, "choices": [{"index": 0, "message": message,
                                                                    "finish_reason": finish}],
-                                      "usage": _usage(10, len(words))})
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+                                      "usage": _usage(10, len(words))}, headers=marks)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", **marks})
         await response.prepare(request)
         usage_asked = (body.get("stream_options") or {}).get("include_usage")
         extra = {"usage": None} if usage_asked else {}

@@ -3,7 +3,7 @@
 Both evict by TTL (an expired entry is a miss, and is swept) and by size (the least recently written go
 first). The SQLite store reads on the caller's thread (a primary-key lookup in a page-cached file: a few
 µs, cheaper than a hop to a thread) and writes on a thread of its own, in batches, so that a disk that
-stalls never stalls the event loop.
+stalls never stalls the event loop; until an answer is in the file, it is read from memory.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
@@ -22,6 +22,7 @@ from firsttoken.cache.entry import Entry
 log = logging.getLogger("firsttoken.cache")
 
 FLUSH_INTERVAL_S = 0.2
+MAX_PENDING = 10_000
 
 
 class Store(Protocol):
@@ -91,24 +92,32 @@ class SqliteStore:
     def __init__(self, path: str | Path, max_bytes: int) -> None:
         self.path = Path(path)
         self.max_bytes = max_bytes
-        self._db = _connect(self.path)
-        self._pending: deque[tuple[str, Entry]] = deque(maxlen=10_000)  # a bound if the disk stalls
-        self._lock = threading.Lock()  # one connection, two threads: reads here, writes on the writer
+        self._db = _connect(self.path)  # the writer's (and purges')
+        # Reads have a connection of their own: in WAL mode a reader never waits for a writer, so a
+        # lookup on the event loop never waits for a batch being written.
+        self._reader = _connect(self.path)
+        # Written, not yet in the file: answered from here meanwhile (a question asked twice in a row).
+        self._pending: dict[str, Entry] = {}
+        self._lock = threading.Lock()  # the writer's connection: the writer thread, and purges from elsewhere
+        self._pending_lock = threading.Lock()
         self._stop = threading.Event()
         self._writer = threading.Thread(target=self._run, name="cache-writer", daemon=True)
         self._writer.start()
 
     def get(self, key: str, now: float) -> Entry | None:
-        with self._lock:
-            row = self._db.execute("SELECT kind, body, tenant, model, created, expires FROM answers WHERE key = ?",
+        pending = self._pending.get(key)
+        if pending is not None:
+            return pending if pending.expires > now else None
+        row = self._reader.execute("SELECT kind, body, tenant, model, created, expires FROM answers WHERE key = ?",
                                    (key,)).fetchone()
         if row is None or row[5] <= now:
             return None
         return Entry(row[0], bytes(row[1]), row[2], row[3], row[4], row[5])
 
     def put(self, key: str, entry: Entry) -> None:
-        if entry.size <= self.max_bytes:
-            self._pending.append((key, entry))
+        if entry.size <= self.max_bytes and len(self._pending) < MAX_PENDING:  # a bound if the disk stalls
+            with self._pending_lock:
+                self._pending[key] = entry
 
     def _run(self) -> None:
         while not self._stop.wait(FLUSH_INTERVAL_S):
@@ -116,11 +125,9 @@ class SqliteStore:
 
     def flush(self) -> None:
         """Write what is pending, then hold the file to its bounds."""
-        batch = []
-        while self._pending:
-            batch.append(self._pending.popleft())
-        if not batch:
+        if not self._pending:
             return
+        batch = list(self._pending.items())  # a copy: the loop's thread may add more meanwhile
         try:
             with self._lock, self._db:
                 self._db.executemany("INSERT OR REPLACE INTO answers VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -135,6 +142,10 @@ class SqliteStore:
                         (self.max_bytes,))
         except sqlite3.Error:  # a full disk: the cache misses more, nothing else changes
             log.exception("could not write %d answers to %s", len(batch), self.path)
+        with self._pending_lock:
+            for key, entry in batch:  # written (or given up): read from the file from now on
+                if self._pending.get(key) is entry:  # not replaced by a newer answer meanwhile
+                    del self._pending[key]
 
     def purge(self, tenant: str | None = None, model: str | None = None) -> int:
         self.flush()
@@ -153,6 +164,7 @@ class SqliteStore:
         self._writer.join(timeout=10)
         self.flush()
         self._db.close()
+        self._reader.close()
 
 
 def _connect(path: Path) -> sqlite3.Connection:

@@ -1,0 +1,146 @@
+"""The exact cache through the real gateway, with the openai SDK as the client: a repeated question is
+answered at once without crossing to the upstream, in whichever shape it is asked; tenants never share;
+only clean, storable answers are kept; the request's own headers and the per-model TTL are obeyed."""
+
+from __future__ import annotations
+
+import itertools
+
+import httpx
+import openai
+import pytest
+
+from conftest import CLIENT_KEY, OTHER_CLIENT_KEY, UPSTREAM_KEY
+from support.gateway_process import GatewayProcess
+
+QUESTION = itertools.count()
+
+
+def settings(upstream_url: str, **cache: object) -> dict:
+    return {"upstreams": {"fake": {"url": upstream_url, "key": UPSTREAM_KEY}},
+            "keys": [{"name": "app", "key": CLIENT_KEY}, {"name": "other", "key": OTHER_CLIENT_KEY}],
+            "models": {"chat": ["fake/echo"], "fresh": ["fake/echo"]},
+            "cache": {"backend": "sqlite", "path": "cache.db", "models": {"fresh": 0}, **cache}}
+
+
+@pytest.fixture(scope="module")
+def cached(upstream, tmp_path_factory):
+    with GatewayProcess(settings(upstream.url), tmp_path_factory.mktemp("cache")) as gateway:
+        yield gateway
+
+
+def client(gateway: GatewayProcess, key: str = CLIENT_KEY) -> openai.OpenAI:
+    return openai.OpenAI(base_url=gateway.url + "/v1", api_key=key, max_retries=0)
+
+
+def question() -> list[dict]:
+    """A question not asked before in this run."""
+    return [{"role": "user", "content": f"what is the capital of country number {next(QUESTION)}"}]
+
+
+def ask(gateway: GatewayProcess, messages: list[dict], key: str = CLIENT_KEY, model: str = "chat",
+        headers: dict | None = None) -> tuple[str, str]:
+    """(x-firsttoken-cache, the answer's text) of a non-stream request."""
+    raw = client(gateway, key).chat.completions.with_raw_response.create(model=model, messages=messages,
+                                                                         extra_headers=headers)
+    return raw.headers["x-firsttoken-cache"], raw.parse().choices[0].message.content
+
+
+def ask_stream(gateway: GatewayProcess, messages: list[dict], usage: bool = False) -> tuple[str, str, object]:
+    """(x-firsttoken-cache, the streamed text, the usage chunk's usage) of a stream request."""
+    raw = client(gateway).chat.completions.with_raw_response.create(
+        model="chat", messages=messages, stream=True, stream_options={"include_usage": True} if usage else None)
+    text, found = "", None
+    for chunk in raw.parse():
+        if chunk.usage is not None:
+            found = chunk.usage
+        text += "".join(c.delta.content or "" for c in chunk.choices)
+    return raw.headers["x-firsttoken-cache"], text, found
+
+
+def upstream_calls(upstream, fn):
+    before = upstream.stats.requests
+    result = fn()
+    return result, upstream.stats.requests - before
+
+
+def test_a_repeated_question_is_answered_from_the_cache(cached, upstream) -> None:
+    messages = question()
+    (state, first), calls = upstream_calls(upstream, lambda: ask(cached, messages))
+    assert state == "miss" and calls == 1 and first.startswith("echo: what is the capital")
+    (state, again), calls = upstream_calls(upstream, lambda: ask(cached, messages))
+    assert state == "hit" and calls == 0 and again == first
+
+
+def test_a_stream_is_stored_and_replayed_in_either_shape(cached, upstream) -> None:
+    messages = question()
+    state, streamed, usage = ask_stream(cached, messages, usage=True)
+    assert state == "miss" and usage is not None
+    (replayed, calls) = upstream_calls(upstream, lambda: ask_stream(cached, messages, usage=True))
+    assert calls == 0 and replayed[0] == "hit" and replayed[1] == streamed and replayed[2] == usage
+    state, text, usage = ask_stream(cached, messages, usage=False)
+    assert (state, text, usage) == ("hit", streamed, None)  # usage only when asked for
+    assert ask(cached, messages) == ("hit", streamed)  # folded into a whole completion
+
+
+def test_a_whole_answer_replays_as_a_stream(cached) -> None:
+    messages = question()
+    state, text = ask(cached, messages)
+    assert state == "miss"
+    state, streamed, usage = ask_stream(cached, messages, usage=True)
+    assert (state, streamed) == ("hit", text) and usage is not None and usage.completion_tokens > 0
+
+
+def test_two_tenants_never_see_each_others_answers(cached, upstream) -> None:
+    messages = question()
+    assert ask(cached, messages)[0] == "miss"
+    (state, _), calls = upstream_calls(upstream, lambda: ask(cached, messages, key=OTHER_CLIENT_KEY))
+    assert state == "miss" and calls == 1
+    assert ask(cached, messages, key=OTHER_CLIENT_KEY)[0] == "hit"
+
+
+def test_the_requests_own_headers_are_obeyed(cached, upstream) -> None:
+    messages = question()
+    assert ask(cached, messages, headers={"Cache-Control": "no-store"})[0] == "miss"
+    assert ask(cached, messages)[0] == "miss"  # nothing was kept
+    (state, _), calls = upstream_calls(upstream, lambda: ask(cached, messages, headers={"Cache-Control": "no-cache"}))
+    assert state == "miss" and calls == 1
+    assert ask(cached, messages, headers={"x-firsttoken-cache": "off"})[0] == "bypass"
+    assert ask(cached, messages, headers={"x-firsttoken-cache": "refresh"})[0] == "miss"
+    assert ask(cached, messages)[0] == "hit"
+    with pytest.raises(openai.BadRequestError, match="x-firsttoken-cache"):
+        ask(cached, messages, headers={"x-firsttoken-cache": "sometimes"})
+
+
+def test_a_model_whose_ttl_is_zero_is_not_cached_unless_forced(cached) -> None:
+    messages = question()
+    assert ask(cached, messages, model="fresh")[0] == "bypass"
+    assert ask(cached, messages, model="fresh")[0] == "bypass"
+    assert ask(cached, messages, model="fresh", headers={"x-firsttoken-cache": "force"})[0] == "miss"
+    assert ask(cached, messages, model="fresh", headers={"x-firsttoken-cache": "force"})[0] == "hit"
+
+
+def test_only_clean_storable_answers_are_kept(cached, upstream) -> None:
+    messages = question()
+    for model in ("fake/error-500", "fake/no-store"):
+        for _ in range(2):
+            try:
+                state, _ = ask(cached, messages, model=model)
+                assert state == "miss"
+            except openai.InternalServerError:
+                pass
+    broken = dict(model="fake/fail-midstream", messages=messages, stream=True)
+    for _ in range(2):
+        response = httpx.post(cached.url + "/v1/chat/completions", json=broken,
+                              headers={"authorization": f"Bearer {CLIENT_KEY}"}, timeout=10)
+        assert response.headers["x-firsttoken-cache"] == "miss" and b"upstream_stream_broken" in response.content
+
+
+def test_answers_survive_a_restart(upstream, tmp_path) -> None:
+    messages = question()
+    with GatewayProcess(settings(upstream.url), tmp_path) as gateway:
+        assert ask(gateway, messages)[0] == "miss"
+    with GatewayProcess(settings(upstream.url), tmp_path) as gateway:
+        assert ask(gateway, messages)[0] == "hit"
+        stats = httpx.get(gateway.url + "/metrics", headers={"authorization": f"Bearer {CLIENT_KEY}"}).text
+        assert 'firsttoken_cache_requests_total{result="hit"} 1.0' in stats
