@@ -13,6 +13,7 @@ from rich.console import Console
 
 from firsttoken import __version__
 from firsttoken import config as config_module
+from firsttoken.cache.command import cache
 from firsttoken.config import NOTHING_CONFIGURED, SIM_UPSTREAM, ConfigError, Settings
 
 err = Console(stderr=True, highlight=False)
@@ -22,6 +23,9 @@ err = Console(stderr=True, highlight=False)
 @click.version_option(__version__, prog_name="firsttoken")
 def main() -> None:
     """firsttoken: the LLM gateway at the near end of the journey."""
+
+
+main.add_command(cache)
 
 
 @main.command()

@@ -5,6 +5,9 @@ only clean, storable answers are kept; the request's own headers and the per-mod
 from __future__ import annotations
 
 import itertools
+import json
+import subprocess
+import sys
 
 import httpx
 import openai
@@ -70,6 +73,10 @@ def test_a_repeated_question_is_answered_from_the_cache(cached, upstream) -> Non
     assert state == "miss" and calls == 1 and first.startswith("echo: what is the capital")
     (state, again), calls = upstream_calls(upstream, lambda: ask(cached, messages))
     assert state == "hit" and calls == 0 and again == first
+    auth = {"authorization": f"Bearer {CLIENT_KEY}"}
+    latest = httpx.get(cached.url + "/v1/journeys?limit=1", headers=auth).json()["data"][0]
+    assert latest["cache"] == "hit" and latest["verdict"].startswith("answered from the edge cache in ")
+    assert latest["route"] == "fake/echo"
 
 
 def test_a_stream_is_stored_and_replayed_in_either_shape(cached, upstream) -> None:
@@ -144,3 +151,25 @@ def test_answers_survive_a_restart(upstream, tmp_path) -> None:
         assert ask(gateway, messages)[0] == "hit"
         stats = httpx.get(gateway.url + "/metrics", headers={"authorization": f"Bearer {CLIENT_KEY}"}).text
         assert 'firsttoken_cache_requests_total{result="hit"} 1.0' in stats
+
+
+def test_cache_stats_and_purge_from_the_command_line(upstream, tmp_path) -> None:
+    messages = question()
+    with GatewayProcess(settings(upstream.url), tmp_path) as gateway:
+        ask(gateway, messages)
+        ask(gateway, messages, key=OTHER_CLIENT_KEY)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "firsttoken", "cache", *args, "--config",
+                               str(tmp_path / "firsttoken.yaml")], capture_output=True, text=True, timeout=30,
+                              cwd=tmp_path)
+
+    stats = json.loads(run("stats", "--json").stdout)
+    assert stats["entries"] == 2 and {r["tenant"] for r in stats["by"]} == {"app", "other"}
+    assert {r["model"] for r in stats["by"]} == {"fake/echo"}
+    assert "other" in run("stats").stdout
+    assert run("purge", "--tenant", "other", "--model", "echo").stdout.strip() == "purged 1 answer"
+    assert json.loads(run("stats", "--json").stdout)["entries"] == 1
+    assert run("purge").stdout.strip() == "purged 1 answer"
+    with GatewayProcess(settings(upstream.url), tmp_path) as gateway:
+        assert ask(gateway, messages)[0] == "miss"

@@ -15,7 +15,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from firsttoken.cache.entry import Entry
 
@@ -29,7 +29,7 @@ class Store(Protocol):
     def get(self, key: str, now: float) -> Entry | None: ...
     def put(self, key: str, entry: Entry) -> None: ...
     def purge(self, tenant: str | None = None, model: str | None = None) -> int: ...
-    def stats(self) -> list[dict[str, object]]: ...
+    def stats(self) -> list[dict[str, Any]]: ...
     def close(self) -> None: ...
 
 
@@ -66,7 +66,7 @@ class MemoryStore:
             self._drop(key)
         return len(doomed)
 
-    def stats(self) -> list[dict[str, object]]:
+    def stats(self) -> list[dict[str, Any]]:
         totals: dict[tuple[str, str], list[int]] = {}
         for entry in self._entries.values():
             slot = totals.setdefault((entry.tenant, entry.model), [0, 0])
@@ -153,7 +153,7 @@ class SqliteStore:
         with self._lock, self._db:
             return self._db.execute(f"DELETE FROM answers{query}", args).rowcount
 
-    def stats(self) -> list[dict[str, object]]:
+    def stats(self) -> list[dict[str, Any]]:
         self.flush()
         with self._lock:
             return _rows(self._db.execute("SELECT tenant, model, count(*), sum(size) FROM answers WHERE expires > ? "
@@ -191,6 +191,6 @@ def _matches(entry: Entry, tenant: str | None, model: str | None) -> bool:
             and (model is None or entry.model == model or entry.model.endswith(f"/{model}")))
 
 
-def _rows(groups: Iterable[tuple[str, str, int, int]]) -> list[dict[str, object]]:
+def _rows(groups: Iterable[tuple[str, str, int, int]]) -> list[dict[str, Any]]:
     """Per tenant and model: entries and bytes."""
     return [{"tenant": t, "model": m, "entries": n, "bytes": size} for t, m, n, size in sorted(groups)]

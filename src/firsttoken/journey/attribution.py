@@ -51,6 +51,7 @@ class Journey:
     itl_max_ms: float | None
     upstream_timing: dict[str, float] = field(default_factory=dict)
     handshake: dict[str, float] | None = None  # dns, tcp, tls (ms) of a connection opened for this request
+    cache: str = "bypass"  # the edge cache's outcome: bypass | miss | hit
     verdict: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -122,7 +123,8 @@ def attribute(timeline: Timeline) -> Journey:
     journey = Journey(timeline.request_id, timeline.operation, timeline.tenant, timeline.model, timeline.route,
                       timeline.upstream, timeline.stream, timeline.status, timeline.attempts, timeline.reused, p,
                       timeline.output_tokens, timeline.input_tokens, timeline.token_events, rate, itl_max,
-                      upstream_timing, timeline.handshake.as_dict() if timeline.handshake is not None else None)
+                      upstream_timing, timeline.handshake.as_dict() if timeline.handshake is not None else None,
+                      timeline.cache.decode())
     return Journey(**{**journey.__dict__, "verdict": verdict(journey, provider)})
 
 
@@ -132,6 +134,8 @@ def verdict(journey: Journey, provider_ms: float | None = None) -> str:
     p = journey.phases
     if journey.status >= 400:
         return f"failed with HTTP {journey.status} after {p.e2e:.0f} ms"
+    if journey.cache == "hit":
+        return f"answered from the edge cache in {p.e2e:.1f} ms, without crossing to the upstream"
     cold = journey.upstream_timing.get("cold", 0.0)
     parts = {
         "client": p.client_rtt or 0.0,

@@ -1,0 +1,79 @@
+"""`firsttoken cache stats|purge`: what the edge cache holds, per tenant and model, and emptying it."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from firsttoken import config as config_module
+from firsttoken.cache.stores import SqliteStore, Store
+from firsttoken.config import ConfigError
+
+err = Console(stderr=True, highlight=False)
+
+
+def _store(config_path: str | None) -> Store:
+    try:
+        settings = config_module.load(config_path)
+    except ConfigError as exc:
+        err.print(f"firsttoken cache: {exc}", markup=False, soft_wrap=True)
+        sys.exit(2)
+    cache = settings.cache
+    if cache is None or cache.backend == "none":
+        err.print("firsttoken cache: no cache is configured (cache: {backend: sqlite, path: …} in firsttoken.yaml)",
+                  markup=False, soft_wrap=True)
+        sys.exit(2)
+    if cache.backend == "memory":
+        err.print("firsttoken cache: the memory backend lives in the gateway's process (it empties when the "
+                  "gateway stops); there is nothing to open here", markup=False, soft_wrap=True)
+        sys.exit(2)
+    return SqliteStore(cache.path, cache.max_bytes)
+
+
+@click.group()
+def cache() -> None:
+    """The edge cache: what it holds, and emptying it."""
+
+
+_CONFIG = click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+                       help="firsttoken.yaml whose cache to open (default: as `serve` finds its settings).")
+
+
+@cache.command()
+@_CONFIG
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def stats(config_path: str | None, as_json: bool) -> None:
+    """Answers kept, per tenant and model."""
+    store = _store(config_path)
+    try:
+        rows = store.stats()
+    finally:
+        store.close()
+    if as_json:
+        click.echo(json.dumps({"entries": sum(r["entries"] for r in rows), "bytes": sum(r["bytes"] for r in rows),
+                               "by": rows}, indent=2))
+        return
+    table = Table(title="Edge cache", title_justify="left")
+    for column in ("tenant", "model", "answers", "bytes"):
+        table.add_column(column, justify="left" if column in ("tenant", "model") else "right")
+    for r in rows:
+        table.add_row(str(r["tenant"]), str(r["model"]), f"{r['entries']:,}", f"{r['bytes']:,}")
+    Console(highlight=False).print(table if rows else "The edge cache is empty.")
+
+
+@cache.command()
+@_CONFIG
+@click.option("--tenant", default=None, help="Only this client key's answers (its name; * for shared ones).")
+@click.option("--model", default=None, help="Only this model's (upstream/model, or the model's own name).")
+def purge(config_path: str | None, tenant: str | None, model: str | None) -> None:
+    """Drop answers: all of them, or a tenant's, or a model's."""
+    store = _store(config_path)
+    try:
+        dropped = store.purge(tenant, model)
+    finally:
+        store.close()
+    click.echo(f"purged {dropped} answer{'s' if dropped != 1 else ''}")
