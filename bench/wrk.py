@@ -26,14 +26,15 @@ def _ms(text: str) -> float:
 
 
 def run(url: str, body: str, connections: int, seconds: float, workdir: Path, threads: int = 1,
-        prefix: list[str] | None = None) -> WrkResult:
+        prefix: list[str] | None = None, headers: dict[str, str] | None = None) -> WrkResult:
     script = workdir / "post.lua"
+    extra = "".join(f'wrk.headers["{name}"] = "{value}"\n' for name, value in (headers or {}).items())
     script.write_text(f"""
 wrk.method = "POST"
 wrk.body = [=[{body}]=]
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["Authorization"] = "Bearer {CLIENT_KEY}"
-""")
+{extra}""")
     out = subprocess.run([*(prefix or []), "wrk", f"-t{threads}", f"-c{connections}", f"-d{int(seconds)}s", "--latency",
                           "--timeout", "10s",
                           "-s", str(script), url], capture_output=True, text=True, check=True).stdout

@@ -1,0 +1,67 @@
+"""The exact cache's speed through the gateway: a hit end to end at one connection (p50, p99), and
+requests/s on hits against the gateway's miss path at 32, both modes, in one run.
+
+    .venv/bin/python bench/cache_speed.py [--seconds 5]
+
+One gateway (1 worker, SQLite cache) in front of the static nginx upstream of the overhead benchmark.
+Every wrk request is the same one, so after the first it is a hit; the miss path is the same requests
+with `x-firsttoken-cache: off` (straight to the upstream, nothing read or kept). "Direct" is nginx itself,
+for scale. Run by hand; CI never runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+import fixtures  # noqa: E402
+import wrk  # noqa: E402
+from gateway_overhead import WORK, firsttoken_process, nginx  # noqa: E402
+
+OFF = {"x-firsttoken-cache": "off"}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=int, default=5)
+    args = parser.parse_args()
+    WORK.mkdir(parents=True, exist_ok=True)
+    cache_file = WORK / "cache-speed.db"
+    cache_file.unlink(missing_ok=True)
+    upstream = fixtures.free_port()
+    rows = []
+    with ExitStack() as stack:
+        stack.enter_context(nginx(fixtures.upstream_nginx_conf(str(WORK), upstream), "upstream"))
+        url, _ = stack.enter_context(firsttoken_process(upstream, 1, None, {
+            "cache": {"backend": "sqlite", "path": str(cache_file)}, "journeys": {"log": None}}))
+        for mode, model, path in (("json", "bench", "json"), ("stream", "bench-sse", "sse")):
+            body = fixtures.request_body(model, mode == "stream")
+            target = f"{url}/v1/chat/completions"
+            wrk.run(target, body, 1, 1, WORK)  # the first request is the miss that fills the cache
+            for label, connections, headers in (("hit", 1, None), ("miss path", 1, OFF), ("hit", 32, None),
+                                                ("miss path", 32, OFF)):
+                result = wrk.run(target, body, connections, args.seconds, WORK, headers=headers)
+                rows.append((mode, label, connections, result))
+            direct = wrk.run(f"http://127.0.0.1:{upstream}/{path}/v1/chat/completions", body, 32, args.seconds, WORK)
+            rows.append((mode, "direct (nginx)", 32, direct))
+    print(f"machine: {platform.node()} · {os.cpu_count()} cores · python {platform.python_version()} · "
+          f"wrk {args.seconds} s per cell")
+    print()
+    print("| mode | path | c | req/s | p50 (ms) | p99 (ms) | errors |")
+    print("|---|---|---|---|---|---|---|")
+    for mode, label, c, r in rows:
+        print(f"| {mode} | {label} | {c} | {r.requests_per_s:,.0f} | {r.p50_ms:.3f} | {r.p99_ms:.3f} | {r.errors} |")
+    print()
+    for mode in ("json", "stream"):
+        hit = next(r for m, label, c, r in rows if m == mode and label == "hit" and c == 32)
+        miss = next(r for m, label, c, r in rows if m == mode and label == "miss path" and c == 32)
+        print(f"{mode}: hits ÷ miss path at c32: {hit.requests_per_s / miss.requests_per_s:.2f}× req/s")
+
+
+if __name__ == "__main__":
+    main()
