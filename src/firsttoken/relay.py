@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from time import perf_counter
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import orjson
@@ -63,13 +63,21 @@ class RelayResult:
     usage: dict[str, Any] | None = None
 
 
+class Capture(Protocol):
+    """Where the relay also puts every event it reads (for the cache, and for identical requests)."""
+
+    def append(self, piece: bytes) -> None: ...
+    def __iter__(self) -> Iterator[bytes]: ...
+    def __len__(self) -> int: ...
+
+
 class Relay:
     """Moves one upstream response's events to the client."""
 
     def __init__(self, response: aiohttp.ClientResponse, write: Write, timeline: Timeline, *,
                  translator: StreamTranslator | None, strip_usage: bool, alarms: Alarms, heartbeat: Heartbeat,
                  first_token_deadline: float, idle_s: float, upstream: str,
-                 capture: list[bytes] | None = None) -> None:
+                 capture: Capture | None = None) -> None:
         self.response = response
         self.write = write
         self.timeline = timeline

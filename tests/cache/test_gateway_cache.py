@@ -8,6 +8,8 @@ import itertools
 import json
 import subprocess
 import sys
+import threading
+import time
 
 import httpx
 import openai
@@ -173,3 +175,57 @@ def test_cache_stats_and_purge_from_the_command_line(upstream, tmp_path) -> None
     assert run("purge").stdout.strip() == "purged 1 answer"
     with GatewayProcess(settings(upstream.url), tmp_path) as gateway:
         assert ask(gateway, messages)[0] == "miss"
+
+
+def test_identical_requests_in_flight_join_the_first(cached, upstream) -> None:
+    messages = question()
+    results: dict[str, tuple] = {}
+
+    def leader() -> None:
+        raw = client(cached).chat.completions.with_raw_response.create(model="fake/slow-stream", messages=messages,
+                                                                         stream=True)
+        results["leader"] = (raw.headers["x-firsttoken-cache"],
+                             "".join(c.choices[0].delta.content or "" for c in raw.parse() if c.choices))
+
+    def streamer() -> None:
+        raw = client(cached).chat.completions.with_raw_response.create(model="fake/slow-stream", messages=messages,
+                                                                         stream=True)
+        results["stream"] = (raw.headers["x-firsttoken-cache"],
+                             "".join(c.choices[0].delta.content or "" for c in raw.parse() if c.choices))
+
+    def whole() -> None:
+        results["whole"] = ask(cached, messages, model="fake/slow-stream")
+
+    before = upstream.stats.requests
+    first = threading.Thread(target=leader)
+    first.start()
+    time.sleep(0.15)  # the leader is streaming: a word every 50 ms
+    others = [threading.Thread(target=streamer), threading.Thread(target=whole)]
+    for thread in others:
+        thread.start()
+    for thread in (first, *others):
+        thread.join(15)
+    assert upstream.stats.requests - before == 1
+    state, text = results["leader"]
+    assert state == "miss" and text.startswith("echo: what is the capital")
+    assert results["stream"] == ("hit; joined", text) and results["whole"] == ("hit; joined", text)
+    assert ask(cached, messages, model="fake/slow-stream") == ("hit", text)  # and it was kept
+
+
+def test_a_request_that_joined_a_broken_stream_gets_its_error(cached, upstream) -> None:
+    body = {"model": "fake/fail-midstream", "messages": question(), "stream": True}
+    auth = {"authorization": f"Bearer {CLIENT_KEY}"}
+    replies: list[httpx.Response] = []
+
+    def post() -> None:
+        replies.append(httpx.post(cached.url + "/v1/chat/completions", json=body, headers=auth, timeout=10))
+
+    threads = [threading.Thread(target=post) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(15)
+    assert len(replies) == 3
+    for reply in replies:  # each ends as a broken stream does: an error event, then [DONE]
+        assert reply.status_code == 200 and reply.content.rstrip().endswith(b"data: [DONE]")
+        assert b"upstream_stream_broken" in reply.content

@@ -30,6 +30,7 @@ class Lookup:
 
     key: str
     hit: Entry | None
+    read: bool  # may be answered by a stored answer, or by an identical request in flight
     keep: bool
     tenant: str
     ttl: float
@@ -51,7 +52,7 @@ class EdgeCache:
         ttl = ttl if ttl > 0 else self.settings.ttl
         owner = "*" if self.settings.shared else tenant
         key = exact_key(owner, targets, body)
-        return Lookup(key, self.store.get(key, time.time()) if read else None, write, owner, ttl)
+        return Lookup(key, self.store.get(key, time.time()) if read else None, read, write, owner, ttl)
 
     def keep(self, lookup: Lookup, kind: Kind, body: bytes, route: str,
              upstream_headers: Any = None) -> None:

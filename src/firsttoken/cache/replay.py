@@ -18,7 +18,7 @@ from firsttoken.cache.entry import Entry
 def as_stream(entry: Entry, include_usage: bool) -> bytes:
     """SSE events, each ended by a blank line (the closing comment and [DONE] are the caller's)."""
     if entry.kind == "sse":
-        return b"".join(e + b"\n\n" for e in _events(entry.body) if include_usage or not _is_usage_chunk(e))
+        return b"".join(e + b"\n\n" for e in _events(entry.body) if include_usage or not is_usage_chunk(e))
     return _chunks(orjson.loads(entry.body), include_usage)
 
 
@@ -39,7 +39,8 @@ def _payload(event: bytes) -> Any:
     return None
 
 
-def _is_usage_chunk(event: bytes) -> bool:
+def is_usage_chunk(event: bytes) -> bool:
+    """The stream's last chunk: usage and no choices (sent only to clients that ask for it)."""
     if b'"usage"' not in event:
         return False
     chunk = _payload(event)

@@ -26,6 +26,7 @@ _TOKENS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304
 _PHASE = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
+_CACHE_RESULTS = {b"bypass": "bypass", b"miss": "miss", b"hit": "hit", b"hit; joined": "joined"}
 _PHASES = ("client_rtt", "gateway", "connect", "rtt", "queue+prefill", "decode")
 
 
@@ -72,7 +73,7 @@ class Metrics:
         series = self._series.get(key)
         if series is None:
             series = self._series[key] = self._series_for(timeline)
-        self.cache.inc(timeline.cache.decode())
+        self.cache.inc(_CACHE_RESULTS.get(timeline.cache, "other"))
         if timeline.status >= 400:
             self.duration.of(*series.labels, str(timeline.status)).observe(p.e2e / 1000)
             return

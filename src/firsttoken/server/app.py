@@ -9,12 +9,14 @@ import logging
 import os
 from collections.abc import Awaitable, Callable
 from time import perf_counter
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs
 
 from firsttoken import config as config_module
 from firsttoken.alarms import Alarms
 from firsttoken.cache.edge import EdgeCache, Lookup
+from firsttoken.cache.entry import Kind
+from firsttoken.cache.flight import Flight, Flights
 from firsttoken.config import SIM_UPSTREAM, Settings
 from firsttoken.errors import GatewayError
 from firsttoken.journey.attribution import attribute
@@ -29,7 +31,7 @@ from firsttoken.journey.timeline import Timeline
 from firsttoken.routing.targets import Target, TargetResolver
 from firsttoken.server import validate
 from firsttoken.server.auth import ClientKeys
-from firsttoken.server.cached import send_cached
+from firsttoken.server.cached import send_cached, send_followed
 from firsttoken.server.forward import Keep, StreamForwarder, client_wants_usage, forward_complete
 from firsttoken.server.http import (
     ClientDisconnected,
@@ -48,6 +50,7 @@ from firsttoken.sim.embedded import EmbeddedRegion
 from firsttoken.upstream.registry import UpstreamLink, Upstreams
 
 log = logging.getLogger("firsttoken.server")
+T = TypeVar("T")
 
 Handler = Callable[[Scope, Receive, Send, Headers, Timeline], Awaitable[None]]
 
@@ -79,6 +82,8 @@ class Gateway:
         self.sink = JourneySink(journey_log, self.metrics, spans)
         cache = settings.cache
         self.cache = EdgeCache(cache) if cache is not None and cache.backend != "none" else None
+        self.flights = Flights()
+        self.client_stall_s = settings.streaming.client_stall_s
         self.alarms = Alarms()
         # request ids: a per-process random prefix and a counter; unique without a syscall per request
         self._id_prefix = os.urandom(6).hex().encode()
@@ -189,37 +194,55 @@ class Gateway:
         model, stream = validate.chat_request(body)
         timeline.model, timeline.stream = model, stream
         targets = self.resolver.resolve(model)
-        keep = None
-        if self.cache is not None:
-            looked_up = perf_counter()
-            lookup = self.cache.lookup(scope["headers"], timeline.tenant, model, [t.label for t in targets], body)
-            timeline.cache_ms = (perf_counter() - looked_up) * 1000.0
-            if lookup is not None:
-                if lookup.hit is not None:
-                    await send_cached(send, base, timeline, lookup.hit, stream, client_wants_usage(body))
-                    return
-                timeline.cache = b"miss"
-                keep = self._keeper(lookup, timeline)
+        wants_usage = client_wants_usage(body)
 
         def build(link: UpstreamLink, target: Target) -> Any:
             return link.adapter.chat(body, target.model, stream)
 
-        if stream:
-            forwarder = StreamForwarder(self.upstreams, self.alarms, targets, build, send, base, timeline,
-                                        client_wants_usage=client_wants_usage(body), heartbeat_s=self.heartbeat_s,
-                                        client_stall_s=self.settings.streaming.client_stall_s, keep=keep)
-            await until_disconnect(receive, forwarder.run(), self.alarms)
-        else:
-            await until_disconnect(receive, forward_complete(
-                self.upstreams, self.alarms, targets, build, lambda link, data: link.adapter.chat_response(data),
-                send, base, timeline, keep), self.alarms)
+        async def forward(keep: Keep | None = None, capture: Flight | None = None) -> None:
+            if stream:
+                forwarder = StreamForwarder(self.upstreams, self.alarms, targets, build, send, base, timeline,
+                                            client_wants_usage=wants_usage, heartbeat_s=self.heartbeat_s,
+                                            client_stall_s=self.client_stall_s, keep=keep, capture=capture)
+                await until_disconnect(receive, forwarder.run(), self.alarms)
+            else:
+                await until_disconnect(receive, forward_complete(
+                    self.upstreams, self.alarms, targets, build, lambda link, data: link.adapter.chat_response(data),
+                    send, base, timeline, keep), self.alarms)
 
-    def _keeper(self, lookup: Lookup, timeline: Timeline) -> Keep | None:
-        """How a clean answer to this request goes into the cache, when it may."""
+        lookup = None
+        if self.cache is not None:
+            looked_up = perf_counter()
+            lookup = self.cache.lookup(scope["headers"], timeline.tenant, model, [t.label for t in targets], body)
+            timeline.cache_ms = (perf_counter() - looked_up) * 1000.0
+        if lookup is None:
+            await forward()
+            return
+        if lookup.hit is not None:
+            await send_cached(send, base, timeline, lookup.hit, stream, wants_usage)
+            return
+        flight = self.flights.get(lookup.key) if lookup.read else None
+        if flight is not None and await until_disconnect(receive, send_followed(
+                send, base, timeline, flight, stream, wants_usage, self.alarms, self.client_stall_s), self.alarms):
+            return  # answered by the identical request in flight (or the client left)
+        timeline.cache = b"miss"
+        flight = self.flights.lead(lookup.key, timeline)
+        try:
+            await forward(self._keeper(lookup, timeline, flight), flight)
+        finally:
+            self.flights.land(lookup.key, flight)
+
+    def _keeper(self, lookup: Lookup, timeline: Timeline, flight: Flight) -> Keep:
+        """Where a clean answer to this request goes: to the requests that joined it, and into the cache
+        when it may be kept."""
         cache = self.cache
-        if cache is None or not lookup.keep:
-            return None
-        return lambda kind, answer, headers: cache.keep(lookup, kind, answer, timeline.route, headers)
+        assert cache is not None
+
+        def keep(kind: Kind, answer: bytes, headers: Any) -> None:
+            flight.finish(kind, answer)
+            cache.keep(lookup, kind, answer, timeline.route, headers)
+
+        return keep
 
     async def embeddings(self, scope: Scope, receive: Receive, send: Send, base: Headers,
                          timeline: Timeline) -> None:
@@ -289,7 +312,7 @@ class Gateway:
                         response_headers(base, timeline))
 
 
-async def until_disconnect(receive: Receive, work: Awaitable[None], alarms: Alarms) -> None:
+async def until_disconnect(receive: Receive, work: Awaitable[T], alarms: Alarms) -> T | None:
     """Run `work`, cancelling it when the client goes away, so an abandoned request stops (its
     upstream connection aborted, so the provider stops generating too).
 
@@ -313,11 +336,12 @@ async def until_disconnect(receive: Receive, work: Awaitable[None], alarms: Alar
 
     later = alarms.call_later(0.0, start_watching)
     try:
-        await work
+        return await work
     except asyncio.CancelledError:
         if not gone:
             raise
         task.uncancel()
+        return None
     finally:
         alarms.disarm(later)
         if watcher is not None:

@@ -20,7 +20,7 @@ from firsttoken.alarms import Alarms
 from firsttoken.errors import GatewayError, bad_gateway, gateway_timeout
 from firsttoken.journey.tcp_info import RttReader
 from firsttoken.journey.timeline import Timeline
-from firsttoken.relay import Relay
+from firsttoken.relay import Capture, Relay
 from firsttoken.routing.targets import Target
 from firsttoken.server.http import (
     SSE_HEADERS,
@@ -188,9 +188,10 @@ class StreamForwarder:
 
     def __init__(self, upstreams: Upstreams, alarms: Alarms, targets: list[Target], build: BuildRequest, send: Send,
                  base_headers: Headers, timeline: Timeline, *, client_wants_usage: bool, heartbeat_s: float,
-                 client_stall_s: float, keep: Keep | None = None) -> None:
+                 client_stall_s: float, keep: Keep | None = None, capture: Capture | None = None) -> None:
         self.upstreams = upstreams
         self.keep = keep
+        self.capture = capture
         self.alarms = alarms
         self.targets = targets
         self.build = build
@@ -271,7 +272,7 @@ class StreamForwarder:
                       translator=link.adapter.stream_translator(True),  # usage for us; the relay strips it
                       strip_usage=not self.client_wants_usage, alarms=self.alarms, heartbeat=self.heartbeat,
                       first_token_deadline=deadline, idle_s=link.settings.timeouts.idle, upstream=link.name,
-                      capture=[] if self.keep is not None else None)
+                      capture=self.capture if self.capture is not None else [] if self.keep is not None else None)
         result = await relay.run()
         usage = result.usage or {}
         output, prompt = usage.get("completion_tokens"), usage.get("prompt_tokens")
