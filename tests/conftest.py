@@ -9,6 +9,7 @@ import pytest
 
 from support.gateway_process import GatewayProcess, free_port
 from support.openai_upstream import UPSTREAM_KEY, UpstreamThread
+from support.redis_server import RedisServer
 
 CLIENT_KEY = "client-key-for-tests-123456"
 OTHER_CLIENT_KEY = "second-client-key-654321"
@@ -45,3 +46,10 @@ def gateway(upstream: UpstreamThread, tmp_path_factory: pytest.TempPathFactory) 
     workdir: Path = tmp_path_factory.mktemp("gateway")
     with GatewayProcess(gateway_settings(upstream.url), workdir) as process:
         yield process
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A real redis-server (CI installs it)."""
+    with RedisServer(tmp_path_factory.mktemp("redis")) as server:
+        yield server

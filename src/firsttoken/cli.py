@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import re
 import sys
 from typing import Any
 
@@ -310,7 +311,8 @@ def _banner(settings: Settings, workers: int) -> None:
                   f"request (each keeps its own); the journey log and OTLP export have every worker's journeys")
     cache = settings.cache
     if cache is not None and cache.backend != "none":
-        where = cache.path if cache.backend == "sqlite" else "memory"
+        where = {"sqlite": cache.path, "memory": "memory",
+                 "redis": f"Redis at {re.sub(r'//[^@/]*@', '//', cache.url or '')}"}[cache.backend]
         scope = "shared by all client keys" if cache.shared else "one per client key"
         semantic = "; semantic matching is not in this version yet (exact only)" if cache.semantic else ""
         err.print(f"  cache: exact, in {where}, {scope}, TTL {cache.ttl} s{semantic}", markup=False, soft_wrap=True)

@@ -127,12 +127,13 @@ class Cache(_Strict):
     shared: bool = Field(False, description="one cache for every client key (by default each has its own)")
     models: dict[str, int] = Field(default_factory=dict, description="TTL per alias or upstream/model; 0: off")
 
-    @field_validator("backend")
-    @classmethod
-    def _backend(cls, value: str) -> str:
-        if value == "redis":
-            raise ValueError("the redis backend is not in this version yet; use sqlite (the default) or memory")
-        return value
+    prefix: str = Field("firsttoken:cache:", min_length=1, description="redis: the prefix of every key")
+
+    @model_validator(mode="after")
+    def _redis_url(self) -> Cache:
+        if self.backend == "redis" and not (self.url or "").startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("the redis backend needs url: redis://host:6379/0 (or rediss://, unix://)")
+        return self
 
     @field_validator("models")
     @classmethod

@@ -16,7 +16,7 @@ import openai
 import pytest
 
 from conftest import CLIENT_KEY, OTHER_CLIENT_KEY, UPSTREAM_KEY
-from support.gateway_process import GatewayProcess
+from support.gateway_process import GatewayProcess, free_port
 
 QUESTION = itertools.count()
 
@@ -229,3 +229,23 @@ def test_a_request_that_joined_a_broken_stream_gets_its_error(cached, upstream) 
     for reply in replies:  # each ends as a broken stream does: an error event, then [DONE]
         assert reply.status_code == 200 and reply.content.rstrip().endswith(b"data: [DONE]")
         assert b"upstream_stream_broken" in reply.content
+
+
+def test_two_gateways_share_one_redis_cache(upstream, redis_server, tmp_path) -> None:
+    messages = question()
+    shared = settings(upstream.url, backend="redis", url=redis_server.url, prefix="gateways:")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    with GatewayProcess(shared, tmp_path / "a") as one, GatewayProcess(shared, tmp_path / "b") as two:
+        assert ask(one, messages)[0] == "miss"
+        time.sleep(0.2)  # the write is handed off
+        (state, _), calls = upstream_calls(upstream, lambda: ask(two, messages))
+        assert state == "hit" and calls == 0
+        assert ask_stream(two, messages)[0] == "hit"
+
+
+def test_a_redis_that_is_down_only_means_misses(upstream, tmp_path) -> None:
+    down = settings(upstream.url, backend="redis", url=f"redis://127.0.0.1:{free_port()}/0")
+    with GatewayProcess(down, tmp_path) as gateway:
+        messages = question()
+        assert ask(gateway, messages)[0] == "miss" and ask(gateway, messages)[0] == "miss"

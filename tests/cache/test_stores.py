@@ -1,13 +1,16 @@
-"""Both stores: a hit until the TTL, a bound on bytes (the oldest written go first), purges and stats by
-tenant and model; the SQLite store keeps its answers across a restart."""
+"""Every store (memory, SQLite, a real Redis): a hit until the TTL, a bound on bytes (the oldest written
+go first), purges and stats by tenant and model; SQLite and Redis keep answers across a restart of the
+gateway's store."""
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import pytest
 
 from firsttoken.cache.entry import Entry
+from firsttoken.cache.redis_store import RedisStore
 from firsttoken.cache.stores import MemoryStore, SqliteStore
 
 
@@ -16,57 +19,89 @@ def entry(body: bytes = b'{"choices":[]}', tenant: str = "app", model: str = "up
     return Entry("json", body, tenant, model, now, now + ttl)
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request, tmp_path):
-    made = MemoryStore(1000) if request.param == "memory" else SqliteStore(tmp_path / "cache.db", 1000)
+PREFIXES = itertools.count()
+
+
+@pytest.fixture(params=["memory", "sqlite", "redis"])
+async def store(request, tmp_path):
+    if request.param == "memory":
+        made = MemoryStore(1000)
+    elif request.param == "sqlite":
+        made = SqliteStore(tmp_path / "cache.db", 1000)
+    else:  # a prefix of its own: the server is shared by the session
+        made = RedisStore(request.getfixturevalue("redis_server").url, 1000, f"t{next(PREFIXES)}:")
     yield made
-    made.close()
+    await made.close()
 
 
-def settle(store) -> None:
+async def settle(store) -> None:
     if isinstance(store, SqliteStore):
         store.flush()
+    elif isinstance(store, RedisStore):
+        await store.settle()
 
 
-def test_an_answer_is_a_hit_until_it_expires(store) -> None:
+async def test_an_answer_is_a_hit_until_it_expires(store) -> None:
     store.put("k", entry(ttl=60))
     store.put("short", entry(ttl=0.05))
-    settle(store)
+    await settle(store)
     now = time.time()
-    assert store.get("k", now).body == b'{"choices":[]}' and store.get("missing", now) is None
-    assert store.get("short", now + 1) is None and store.get("k", now + 61) is None
+    found = await store.get("k", now)
+    assert found is not None and found.body == b'{"choices":[]}' and found.tenant == "app"
+    assert await store.get("missing", now) is None
+    assert await store.get("short", now + 1) is None and await store.get("k", now + 61) is None
 
 
-def test_bytes_are_bounded_and_the_oldest_written_go_first(store) -> None:
+async def test_bytes_are_bounded_and_the_oldest_written_go_first(store) -> None:
     for i in range(5):
         store.put(f"k{i}", entry(b"x" * 300))
-        settle(store)
+        await settle(store)
     now = time.time()
-    assert [store.get(f"k{i}", now) is not None for i in range(5)] == [False, False, True, True, True]
+    assert [await store.get(f"k{i}", now) is not None for i in range(5)] == [False, False, True, True, True]
     store.put("huge", entry(b"x" * 2000))  # larger than the whole store: never kept
-    settle(store)
-    assert store.get("huge", now) is None and store.get("k4", now) is not None
+    await settle(store)
+    assert await store.get("huge", now) is None and await store.get("k4", now) is not None
 
 
-def test_purge_and_stats_by_tenant_and_model(store) -> None:
+async def test_purge_and_stats_by_tenant_and_model(store) -> None:
     store.put("a1", entry(tenant="a", model="openai/gpt-4o-mini"))
     store.put("a2", entry(tenant="a", model="sim/llama-3.1-8b"))
     store.put("b1", entry(tenant="b", model="openai/gpt-4o-mini"))
-    settle(store)
-    assert [(s["tenant"], s["model"], s["entries"]) for s in store.stats()] == [
+    await settle(store)
+    assert [(s["tenant"], s["model"], s["entries"]) for s in await store.stats()] == [
         ("a", "openai/gpt-4o-mini", 1), ("a", "sim/llama-3.1-8b", 1), ("b", "openai/gpt-4o-mini", 1)]
-    assert store.purge(tenant="a", model="gpt-4o-mini") == 1
-    assert store.purge(tenant="b") == 1
+    assert await store.purge(tenant="a", model="gpt-4o-mini") == 1
+    assert await store.purge(tenant="b") == 1
     now = time.time()
-    assert store.get("a2", now) is not None and store.get("a1", now) is None and store.get("b1", now) is None
+    assert await store.get("a2", now) is not None
+    assert await store.get("a1", now) is None and await store.get("b1", now) is None
 
 
-def test_the_sqlite_store_survives_a_restart(tmp_path) -> None:
-    first = SqliteStore(tmp_path / "cache.db", 10_000)
-    first.put("k", entry(b"kept"))
-    first.close()  # writes what is pending
-    second = SqliteStore(tmp_path / "cache.db", 10_000)
+async def test_answers_outlive_the_store_that_wrote_them(tmp_path, redis_server) -> None:
+    for make in (lambda: SqliteStore(tmp_path / "cache.db", 10_000),
+                 lambda: RedisStore(redis_server.url, 10_000, "restart:")):
+        first = make()
+        first.put("k", entry(b"kept"))
+        await first.close()  # writes what is pending
+        second = make()
+        try:
+            found = await second.get("k", time.time())
+            assert found is not None and found.body == b"kept"
+        finally:
+            await second.close()
+
+
+async def test_two_redis_stores_share_one_bound(redis_server) -> None:
+    """Two gateways on one Redis: the byte bound holds across both, and each sees the other's answers."""
+    one, two = RedisStore(redis_server.url, 1000, "shared:"), RedisStore(redis_server.url, 1000, "shared:")
     try:
-        assert second.get("k", time.time()).body == b"kept"
+        for i in range(6):
+            (one if i % 2 else two).put(f"k{i}", entry(b"x" * 300))
+            await one.settle()
+            await two.settle()
+        now = time.time()
+        assert [await one.get(f"k{i}", now) is not None for i in range(6)] == [False] * 3 + [True] * 3
+        assert sum(s["bytes"] for s in await two.stats()) == 900
     finally:
-        second.close()
+        await one.close()
+        await two.close()

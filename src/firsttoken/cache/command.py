@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import click
 from rich.console import Console
 from rich.table import Table
 
 from firsttoken import config as config_module
-from firsttoken.cache.stores import SqliteStore, Store
+from firsttoken.cache.edge import open_store
+from firsttoken.cache.stores import Store
 from firsttoken.config import ConfigError
 
 err = Console(stderr=True, highlight=False)
+T = TypeVar("T")
 
 
 def _store(config_path: str | None) -> Store:
@@ -31,7 +36,14 @@ def _store(config_path: str | None) -> Store:
         err.print("firsttoken cache: the memory backend lives in the gateway's process (it empties when the "
                   "gateway stops); there is nothing to open here", markup=False, soft_wrap=True)
         sys.exit(2)
-    return SqliteStore(cache.path, cache.max_bytes)
+    return open_store(cache)
+
+
+async def _with(store: Store, work: Callable[[Store], Awaitable[T]]) -> T:
+    try:
+        return await work(store)
+    finally:
+        await store.close()
 
 
 @click.group()
@@ -48,11 +60,7 @@ _CONFIG = click.option("--config", "config_path", type=click.Path(dir_okay=False
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def stats(config_path: str | None, as_json: bool) -> None:
     """Answers kept, per tenant and model."""
-    store = _store(config_path)
-    try:
-        rows = store.stats()
-    finally:
-        store.close()
+    rows = asyncio.run(_with(_store(config_path), lambda store: store.stats()))
     if as_json:
         click.echo(json.dumps({"entries": sum(r["entries"] for r in rows), "bytes": sum(r["bytes"] for r in rows),
                                "by": rows}, indent=2))
@@ -71,9 +79,5 @@ def stats(config_path: str | None, as_json: bool) -> None:
 @click.option("--model", default=None, help="Only this model's (upstream/model, or the model's own name).")
 def purge(config_path: str | None, tenant: str | None, model: str | None) -> None:
     """Drop answers: all of them, or a tenant's, or a model's."""
-    store = _store(config_path)
-    try:
-        dropped = store.purge(tenant, model)
-    finally:
-        store.close()
+    dropped = asyncio.run(_with(_store(config_path), lambda store: store.purge(tenant, model)))
     click.echo(f"purged {dropped} answer{'s' if dropped != 1 else ''}")

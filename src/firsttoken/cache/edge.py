@@ -17,6 +17,7 @@ from typing import Any
 
 from firsttoken.cache.entry import Entry, Kind
 from firsttoken.cache.key import exact_key
+from firsttoken.cache.redis_store import RedisStore
 from firsttoken.cache.stores import MemoryStore, SqliteStore, Store
 from firsttoken.config import Cache
 from firsttoken.errors import bad_request
@@ -39,10 +40,9 @@ class Lookup:
 class EdgeCache:
     def __init__(self, settings: Cache) -> None:
         self.settings = settings
-        self.store: Store = (MemoryStore(settings.max_bytes) if settings.backend == "memory"
-                             else SqliteStore(settings.path, settings.max_bytes))
+        self.store = open_store(settings)
 
-    def lookup(self, headers: Sequence[tuple[bytes, bytes]], tenant: str, model: str, targets: Sequence[str],
+    async def lookup(self, headers: Sequence[tuple[bytes, bytes]], tenant: str, model: str, targets: Sequence[str],
                body: dict[str, Any]) -> Lookup | None:
         """None when this request neither reads nor writes the cache."""
         read, write, forced = _request_policy(headers)
@@ -52,7 +52,7 @@ class EdgeCache:
         ttl = ttl if ttl > 0 else self.settings.ttl
         owner = "*" if self.settings.shared else tenant
         key = exact_key(owner, targets, body)
-        return Lookup(key, self.store.get(key, time.time()) if read else None, read, write, owner, ttl)
+        return Lookup(key, await self.store.get(key, time.time()) if read else None, read, write, owner, ttl)
 
     def keep(self, lookup: Lookup, kind: Kind, body: bytes, route: str,
              upstream_headers: Any = None) -> None:
@@ -66,8 +66,18 @@ class EdgeCache:
         now = time.time()
         self.store.put(lookup.key, Entry(kind, body, lookup.tenant, route, now, now + lookup.ttl))
 
-    def close(self) -> None:
-        self.store.close()
+    async def close(self) -> None:
+        await self.store.close()
+
+
+def open_store(settings: Cache) -> Store:
+    """The store the config names (not `none`: no store at all)."""
+    if settings.backend == "memory":
+        return MemoryStore(settings.max_bytes)
+    if settings.backend == "redis":
+        assert settings.url is not None  # the config requires it
+        return RedisStore(settings.url, settings.max_bytes, settings.prefix)
+    return SqliteStore(settings.path, settings.max_bytes)
 
 
 def _request_policy(headers: Sequence[tuple[bytes, bytes]]) -> tuple[bool, bool, bool]:

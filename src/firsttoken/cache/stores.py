@@ -1,4 +1,5 @@
-"""Where cached answers live: in this process's memory, or in a SQLite file that survives restarts.
+"""Where cached answers live: in this process's memory, or in a SQLite file that survives restarts
+(redis_store.py: in Redis, shared by several gateways).
 
 Both evict by TTL (an expired entry is a miss, and is swept) and by size (the least recently written go
 first). The SQLite store reads on the caller's thread (a primary-key lookup in a page-cached file: a few
@@ -8,6 +9,7 @@ stalls never stalls the event loop; until an answer is in the file, it is read f
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sqlite3
 import threading
@@ -26,11 +28,13 @@ MAX_PENDING = 10_000
 
 
 class Store(Protocol):
-    def get(self, key: str, now: float) -> Entry | None: ...
+    """Reads are awaited (a shared store is across a network); writes are handed off and return at once."""
+
+    async def get(self, key: str, now: float) -> Entry | None: ...
     def put(self, key: str, entry: Entry) -> None: ...
-    def purge(self, tenant: str | None = None, model: str | None = None) -> int: ...
-    def stats(self) -> list[dict[str, Any]]: ...
-    def close(self) -> None: ...
+    async def purge(self, tenant: str | None = None, model: str | None = None) -> int: ...
+    async def stats(self) -> list[dict[str, Any]]: ...
+    async def close(self) -> None: ...
 
 
 class MemoryStore:
@@ -39,7 +43,7 @@ class MemoryStore:
         self._entries: OrderedDict[str, Entry] = OrderedDict()
         self._bytes = 0
 
-    def get(self, key: str, now: float) -> Entry | None:
+    async def get(self, key: str, now: float) -> Entry | None:
         entry = self._entries.get(key)
         if entry is not None and entry.expires <= now:
             self._drop(key)
@@ -60,21 +64,21 @@ class MemoryStore:
         if entry is not None:
             self._bytes -= entry.size
 
-    def purge(self, tenant: str | None = None, model: str | None = None) -> int:
-        doomed = [k for k, e in self._entries.items() if _matches(e, tenant, model)]
+    async def purge(self, tenant: str | None = None, model: str | None = None) -> int:
+        doomed = [k for k, e in self._entries.items() if matches(e.tenant, e.model, tenant, model)]
         for key in doomed:
             self._drop(key)
         return len(doomed)
 
-    def stats(self) -> list[dict[str, Any]]:
+    async def stats(self) -> list[dict[str, Any]]:
         totals: dict[tuple[str, str], list[int]] = {}
         for entry in self._entries.values():
             slot = totals.setdefault((entry.tenant, entry.model), [0, 0])
             slot[0] += 1
             slot[1] += entry.size
-        return _rows((tenant, model, n, size) for (tenant, model), (n, size) in totals.items())
+        return rows((tenant, model, n, size) for (tenant, model), (n, size) in totals.items())
 
-    def close(self) -> None:
+    async def close(self) -> None:
         pass
 
 
@@ -104,7 +108,7 @@ class SqliteStore:
         self._writer = threading.Thread(target=self._run, name="cache-writer", daemon=True)
         self._writer.start()
 
-    def get(self, key: str, now: float) -> Entry | None:
+    async def get(self, key: str, now: float) -> Entry | None:
         pending = self._pending.get(key)
         if pending is not None:
             return pending if pending.expires > now else None
@@ -147,19 +151,28 @@ class SqliteStore:
                 if self._pending.get(key) is entry:  # not replaced by a newer answer meanwhile
                     del self._pending[key]
 
-    def purge(self, tenant: str | None = None, model: str | None = None) -> int:
+    async def purge(self, tenant: str | None = None, model: str | None = None) -> int:
+        return await asyncio.to_thread(self._purge, tenant, model)
+
+    def _purge(self, tenant: str | None, model: str | None) -> int:
         self.flush()
         query, args = _filter(tenant, model)
         with self._lock, self._db:
             return self._db.execute(f"DELETE FROM answers{query}", args).rowcount
 
-    def stats(self) -> list[dict[str, Any]]:
+    async def stats(self) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(self._stats)
+
+    def _stats(self) -> list[dict[str, Any]]:
         self.flush()
         with self._lock:
-            return _rows(self._db.execute("SELECT tenant, model, count(*), sum(size) FROM answers WHERE expires > ? "
+            return rows(self._db.execute("SELECT tenant, model, count(*), sum(size) FROM answers WHERE expires > ? "
                                           "GROUP BY tenant, model", (time.time(),)).fetchall())
 
-    def close(self) -> None:
+    async def close(self) -> None:
+        await asyncio.to_thread(self._close)
+
+    def _close(self) -> None:
         self._stop.set()
         self._writer.join(timeout=10)
         self.flush()
@@ -186,11 +199,11 @@ def _filter(tenant: str | None, model: str | None) -> tuple[str, list[str]]:
     return (" WHERE " + " AND ".join(clauses) if clauses else ""), args
 
 
-def _matches(entry: Entry, tenant: str | None, model: str | None) -> bool:
-    return ((tenant is None or entry.tenant == tenant)
-            and (model is None or entry.model == model or entry.model.endswith(f"/{model}")))
+def matches(owner: str, route: str, tenant: str | None, model: str | None) -> bool:
+    """Whether an answer kept for `owner` from `route` is among a purge's `tenant` and `model`."""
+    return (tenant is None or owner == tenant) and (model is None or route == model or route.endswith(f"/{model}"))
 
 
-def _rows(groups: Iterable[tuple[str, str, int, int]]) -> list[dict[str, Any]]:
+def rows(groups: Iterable[tuple[str, str, int, int]]) -> list[dict[str, Any]]:
     """Per tenant and model: entries and bytes."""
     return [{"tenant": t, "model": m, "entries": n, "bytes": size} for t, m, n, size in sorted(groups)]

@@ -141,7 +141,7 @@ class Gateway:
                 self.sink.take_batch()
                 await asyncio.to_thread(self.sink.close)  # the last journeys reach the log
                 if self.cache is not None:
-                    await asyncio.to_thread(self.cache.close)  # and the last answers the cache
+                    await self.cache.close()  # and the last answers the cache
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
@@ -213,7 +213,8 @@ class Gateway:
         lookup = None
         if self.cache is not None:
             looked_up = perf_counter()
-            lookup = self.cache.lookup(scope["headers"], timeline.tenant, model, [t.label for t in targets], body)
+            lookup = await self.cache.lookup(scope["headers"], timeline.tenant, model, [t.label for t in targets],
+                                             body)
             timeline.cache_ms = (perf_counter() - looked_up) * 1000.0
         if lookup is None:
             await forward()
