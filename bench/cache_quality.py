@@ -1,0 +1,143 @@
+"""The semantic cache's quality: right hits, wrong hits and misses on GPTCache's paraphrase set (store
+every `origin`, ask every `similar`), beside GPTCache's published table; and wrong hits on our own
+adversarial near-miss set (target: none).
+
+    .venv/bin/python bench/cache_quality.py [--thresholds 0.80 0.85 0.90]
+
+Each threshold is run with similarity alone and with the guards. "Strict" counts only the paired origin
+as right. "Adjusted" also counts a hit on an origin that is the same text as the paired one, or a close
+paraphrase of it (similarity ≥ 0.90 to it and no guard objects); every such hit at the default threshold
+is listed, so a reader can check them. Every wrong hit at the default threshold is listed too. Run by
+hand; CI never runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests" / "cache"))
+from test_guards import NEAR_MISSES  # noqa: E402  (the adversarial pairs the tests hold the guards to)
+
+from firsttoken.cache.embed import SentenceEmbedder  # noqa: E402
+from firsttoken.cache.guards import disagreements  # noqa: E402
+from firsttoken.cache.semantic import DEFAULT_THRESHOLD, SemanticIndex  # noqa: E402
+
+PAIRS = ROOT.parent / "shared" / "data" / "gptcache_paraphrase_pairs.json"
+PUBLISHED = {0.95: (425, 25, 549), 0.90: (804, 77, 118), 0.80: (904, 92, 3)}  # GPTCache's README, 1 000 queries
+CLOSE_PARAPHRASE = 0.90  # the served origin against the paired one; every such hit is listed
+
+# Beyond the guard tests' pairs: the same question where only the context or the tenant differs, which the
+# scope (not a guard) must keep apart.
+SCOPED = [("tenant a", "tenant b", "What is our refund policy?"),
+          ("system: you answer in French", "system: you answer in English", "What is the capital of Kenya?"),
+          ("turns: user asked about Python", "turns: user asked about Rust", "How do I read a file?")]
+
+
+def embed(embedder: SentenceEmbedder, texts: list[str]) -> np.ndarray:
+    return np.vstack([embedder.embed(texts[i:i + 64]) for i in range(0, len(texts), 64)])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--thresholds", type=float, nargs="+", default=[0.80, 0.85, 0.90])
+    args = parser.parse_args()
+    pairs = json.loads(PAIRS.read_text())
+    origins, asked = [p["origin"] for p in pairs], [p["similar"] for p in pairs]
+    started = time.perf_counter()
+    embedder = SentenceEmbedder(threads=2)
+    origin_vectors, asked_vectors = embed(embedder, origins), embed(embedder, asked)
+    embedded_s = time.perf_counter() - started
+
+    similar_origins = origin_vectors @ origin_vectors.T
+
+    def twin(served: int, paired: int) -> bool:
+        """Whether the served origin says what the paired one says: the same text, or a close paraphrase."""
+        return (origins[served].strip() == origins[paired].strip()
+                or (similar_origins[served, paired] >= CLOSE_PARAPHRASE and not disagreements(origins[served],
+                                                                                          origins[paired])))
+
+    rows, wrong_listed, listed = [], [], []
+    for guarded in (False, True):
+        for threshold in args.thresholds:
+            index = SemanticIndex(embedder, threshold=threshold)
+            if not guarded:  # similarity alone: a guard that never objects
+                import firsttoken.cache.semantic as semantic
+                semantic_disagreements, semantic.disagreements = semantic.disagreements, lambda a, b: []
+            try:
+                for i, vector in enumerate(origin_vectors):
+                    index.add("bench", origins[i], str(i), vector)
+                strict = adjusted = wrong = missed = 0
+                for j, vector in enumerate(asked_vectors):
+                    found = index.find("bench", asked[j], vector).match
+                    if found is None:
+                        missed += 1
+                    elif int(found.ref) == j:
+                        strict += 1
+                        adjusted += 1
+                    elif twin(int(found.ref), j):
+                        adjusted += 1
+                        if guarded and threshold == DEFAULT_THRESHOLD:
+                            listed.append((j, int(found.ref), float(similar_origins[int(found.ref), j])))
+                    else:
+                        wrong += 1
+                        if guarded and threshold == DEFAULT_THRESHOLD:
+                            wrong_listed.append((j, int(found.ref), found.similarity))
+            finally:
+                if not guarded:
+                    semantic.disagreements = semantic_disagreements
+            rows.append((threshold, guarded, strict, adjusted, len(pairs) - missed - adjusted, missed))
+
+    index = SemanticIndex(embedder, threshold=DEFAULT_THRESHOLD)
+    adversarial_wrong, unguarded_wrong = [], 0
+    for n, (stored, question, _kind) in enumerate(NEAR_MISSES):
+        index.add("adversarial", stored, f"a{n}")
+        found = index.find("adversarial", question)
+        if found.match is not None:
+            adversarial_wrong.append((question, found.match.text, found.match.similarity))
+        if found.match is not None or found.refused:  # above the threshold: similarity alone would serve it
+            unguarded_wrong += 1
+        index.remove(f"a{n}")  # one stored prompt at a time: each question meets only its own near miss
+    for n, (scope_a, scope_b, question) in enumerate(SCOPED):
+        index.add(scope_a, question, f"s{n}")
+        found = index.find(scope_b, question).match
+        if found is not None:
+            adversarial_wrong.append((f"[{scope_b}] {question}", f"[{scope_a}] {found.text}", found.similarity))
+
+    print(f"machine: {platform.node()} · python {platform.python_version()} · all-MiniLM-L6-v2 · "
+          f"{len(pairs)} pairs · embedding {2 * len(pairs)} texts took {embedded_s:.1f} s")
+    print()
+    print("| threshold | guards | right (strict) | wrong (strict) | right (adjusted) | wrong (adjusted) | misses | "
+          "GPTCache: right / wrong / misses |")
+    print("|---|---|---|---|---|---|---|---|")
+    for threshold, guarded, strict, adjusted, wrong, missed in rows:
+        published = PUBLISHED.get(round(threshold, 2))
+        theirs = " / ".join(map(str, published)) if published else "—"
+        print(f"| {threshold:.2f} | {'yes' if guarded else 'no'} | {strict} | {len(pairs) - strict - missed} | "
+              f"{adjusted} | {wrong} | {missed} | {theirs} |")
+    print()
+    print(f"Hits counted as right only when adjusted, with the guards at {DEFAULT_THRESHOLD} ({len(listed)}): the "
+          f"served origin against the paired one (their similarity)")
+    for j, i, similarity in listed:
+        print(f"- asked #{j}: served #{i} ({similarity:.3f}) {origins[i][:80]!r} / paired {origins[j][:80]!r}")
+    print()
+    print(f"Wrong hits with the guards at {DEFAULT_THRESHOLD} ({len(wrong_listed)}):")
+    for j, i, similarity in wrong_listed:
+        print(f"- asked #{j} {asked[j][:70]!r} → served #{i} ({similarity:.3f}) {origins[i][:70]!r}")
+    print()
+    print(f"Adversarial near misses ({len(NEAR_MISSES)} guard pairs + {len(SCOPED)} scope pairs), wrong hits at "
+          f"{DEFAULT_THRESHOLD}: {len(adversarial_wrong)} with the guards and the scope; the guard pairs with "
+          f"similarity alone: {unguarded_wrong} of {len(NEAR_MISSES)}")
+    for question, stored, similarity in adversarial_wrong:
+        print(f"- {question!r} served {stored!r} ({similarity:.3f})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""The semantic index with a stand-in embedder (vectors chosen by the test): the nearest prompt of the same
+scope above the threshold is served only when the guards agree; scopes never meet."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from firsttoken.cache.semantic import SemanticIndex
+
+
+class Chosen:
+    """An embedder whose vectors the test sets: each text's vector is given, unit length."""
+
+    dimensions = 4
+
+    def __init__(self, vectors: dict[str, list[float]]) -> None:
+        self._vectors = {t: np.asarray(v, dtype=np.float32) / np.linalg.norm(v) for t, v in vectors.items()}
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        return np.vstack([self._vectors[t] for t in texts])
+
+
+TEXTS = {
+    "How do I cook beans?": [1, 0, 0, 0],
+    "What is the way to cook beans?": [0.96, 0.28, 0, 0],
+    "Is the museum open on Mondays?": [0, 1, 0, 0],
+    "Is the museum closed on Mondays?": [0, 0.99, 0.14, 0],
+    "Tell me a joke.": [0, 0, 0, 1],
+}
+
+
+def index() -> SemanticIndex:
+    made = SemanticIndex(Chosen(TEXTS), threshold=0.85)
+    made.add("scope", "How do I cook beans?", "beans")
+    made.add("scope", "Is the museum open on Mondays?", "museum")
+    return made
+
+
+def test_a_paraphrase_is_served_with_its_similarity() -> None:
+    found = index().find("scope", "What is the way to cook beans?")
+    assert found.match is not None and found.match.ref == "beans" and found.match.similarity == pytest.approx(0.96)
+
+
+def test_a_near_miss_is_refused_with_the_reason() -> None:
+    found = index().find("scope", "Is the museum closed on Mondays?")
+    assert found.match is None and found.refused and "opposites" in found.refused[0][1][0]
+
+
+def test_below_the_threshold_or_in_another_scope_is_a_miss() -> None:
+    made = index()
+    assert made.find("scope", "Tell me a joke.").match is None
+    assert made.find("other tenant", "What is the way to cook beans?").match is None
+
+
+def test_a_prompt_can_be_replaced_and_removed() -> None:
+    made = index()
+    made.add("scope", "What is the way to cook beans?", "beans")  # the same answer, a new prompt for it
+    assert len(made) == 2
+    made.remove("beans")
+    assert made.find("scope", "How do I cook beans?").match is None and len(made) == 1
