@@ -22,6 +22,7 @@ import yaml
 from firsttoken.lab.delayline import DelayLine
 
 RTT_MS = 120.0
+TLS_CPU_MS = 10.0  # a TLS handshake's own compute, on top of its round trip
 SIM_PORT, TLS_SIM_PORT, GATEWAY_PORT = 9001, 9443, 8787
 # A model at a real provider's pace (18.5 ms a token: six per round trip). A much faster one (llama-3.2-1b
 # writes 70 tokens per 120 ms round trip) outruns TCP's initial congestion window of ten segments on a
@@ -144,7 +145,9 @@ def test_trace_finds_the_round_trip_in_each_handshake(traced: dict) -> None:
     cold = traced["runs"][0]
     assert cold["connection_reused"] is False and cold["dns_ms"] < 1.0  # an IP address: nothing to look up
     assert cold["connect_ms"] == pytest.approx(RTT_MS, rel=0.05)  # TCP: one round trip
-    assert cold["tls_ms"] == pytest.approx(RTT_MS, rel=0.05)  # TLS 1.3: one more
+    # TLS 1.3: one more round trip, plus both ends' key exchange and signature: milliseconds of CPU that
+    # a loaded 2-core machine can stretch, and that are no part of the distance.
+    assert 0.95 * RTT_MS <= cold["tls_ms"] <= 1.05 * RTT_MS + TLS_CPU_MS
     for run in traced["runs"]:
         assert run["rtt_ms"] == pytest.approx(RTT_MS, rel=0.05)
 
