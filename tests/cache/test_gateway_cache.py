@@ -249,3 +249,20 @@ def test_a_redis_that_is_down_only_means_misses(upstream, tmp_path) -> None:
     with GatewayProcess(down, tmp_path) as gateway:
         messages = question()
         assert ask(gateway, messages)[0] == "miss" and ask(gateway, messages)[0] == "miss"
+
+
+def test_a_joined_request_whose_client_leaves_goes_nowhere(cached, upstream) -> None:
+    messages = question()
+    body = {"model": "fake/slow-stream", "messages": messages, "stream": True}
+    auth = {"authorization": f"Bearer {CLIENT_KEY}"}
+    before = upstream.stats.requests
+    first = threading.Thread(target=lambda: httpx.post(cached.url + "/v1/chat/completions", json=body, headers=auth,
+                                                       timeout=10))
+    first.start()
+    time.sleep(0.15)
+    with httpx.stream("POST", cached.url + "/v1/chat/completions", json=body, headers=auth, timeout=10) as reply:
+        assert reply.headers["x-firsttoken-cache"] == "hit; joined"
+        next(reply.iter_raw())  # the first of its events, then the client hangs up
+    first.join(15)
+    time.sleep(0.3)
+    assert upstream.stats.requests - before == 1

@@ -223,9 +223,11 @@ class Gateway:
             await send_cached(send, base, timeline, lookup.hit, stream, wants_usage)
             return
         flight = self.flights.get(lookup.key) if lookup.read else None
-        if flight is not None and await until_disconnect(receive, send_followed(
-                send, base, timeline, flight, stream, wants_usage, self.alarms, self.client_stall_s), self.alarms):
-            return  # answered by the identical request in flight (or the client left)
+        if flight is not None:
+            joined = await until_disconnect(receive, send_followed(
+                send, base, timeline, flight, stream, wants_usage, self.alarms, self.client_stall_s), self.alarms)
+            if joined is not False:  # answered by the identical request in flight, or the client left (None)
+                return
         timeline.cache = b"miss"
         flight = self.flights.lead(lookup.key, timeline)
         try:
