@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import importlib.util
 import logging
 import os
 import re
@@ -314,7 +315,11 @@ def _banner(settings: Settings, workers: int) -> None:
         where = {"sqlite": cache.path, "memory": "memory",
                  "redis": f"Redis at {re.sub(r'//[^@/]*@', '//', cache.url or '')}"}[cache.backend]
         scope = "shared by all client keys" if cache.shared else "one per client key"
-        semantic = "; semantic matching is not in this version yet (exact only)" if cache.semantic else ""
+        semantic = ""
+        if cache.semantic:
+            installed = importlib.util.find_spec("sentence_transformers") is not None
+            semantic = (f"; paraphrases too (similarity ≥ {cache.similarity}, {cache.embedding})" if installed else
+                        "; paraphrases off: pip install 'firsttoken[semantic]'")
         err.print(f"  cache: exact, in {where}, {scope}, TTL {cache.ttl} s{semantic}", markup=False, soft_wrap=True)
 
 

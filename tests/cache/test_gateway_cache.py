@@ -1,6 +1,7 @@
-"""The exact cache through the real gateway, with the openai SDK as the client: a repeated question is
-answered at once without crossing to the upstream, in whichever shape it is asked; tenants never share;
-only clean, storable answers are kept; the request's own headers and the per-model TTL are obeyed."""
+"""The exact cache through the real gateway, with the openai SDK as the client (semantic matching is off
+here; test_semantic_cache.py has it): a repeated question is answered at once without crossing to the
+upstream, in whichever shape it is asked; tenants never share; only clean, storable answers are kept;
+the request's own headers and the per-model TTL are obeyed."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def settings(upstream_url: str, **cache: object) -> dict:
     return {"upstreams": {"fake": {"url": upstream_url, "key": UPSTREAM_KEY}},
             "keys": [{"name": "app", "key": CLIENT_KEY}, {"name": "other", "key": OTHER_CLIENT_KEY}],
             "models": {"chat": ["fake/echo"], "fresh": ["fake/echo"]},
-            "cache": {"backend": "sqlite", "path": "cache.db", "models": {"fresh": 0}, **cache}}
+            "cache": {"backend": "sqlite", "path": "cache.db", "models": {"fresh": 0}, "semantic": False, **cache}}
 
 
 @pytest.fixture(scope="module")

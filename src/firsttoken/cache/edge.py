@@ -10,17 +10,23 @@ upstream did not mark them `no-store` or `private`.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from firsttoken.cache.entry import Entry, Kind
 from firsttoken.cache.key import exact_key
 from firsttoken.cache.redis_store import RedisStore
+from firsttoken.cache.semantic import SemanticIndex
 from firsttoken.cache.stores import MemoryStore, SqliteStore, Store
 from firsttoken.config import Cache
 from firsttoken.errors import bad_request
+
+log = logging.getLogger("firsttoken.cache")
 
 _OPT = b"x-firsttoken-cache"
 
@@ -35,12 +41,50 @@ class Lookup:
     keep: bool
     tenant: str
     ttl: float
+    similarity: float | None = None  # a semantic hit's
+    prompt: Prompt | None = None  # the request's last user message, embedded, when semantic caching is on
+
+    @property
+    def header(self) -> bytes:
+        """x-firsttoken-cache of a hit."""
+        return b"hit" if self.similarity is None else b"semantic-hit; similarity=%.3f" % self.similarity
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    scope: str  # everything in the request but the last user message (tenant, targets, context, parameters)
+    text: str
+    vector: Any
 
 
 class EdgeCache:
     def __init__(self, settings: Cache) -> None:
         self.settings = settings
         self.store = open_store(settings)
+        self.semantic: SemanticIndex | None = None  # loaded by start(), when configured and installed
+        self.semantic_off = "" if settings.semantic else "semantic: false"  # why there is none, in words
+
+    async def start(self) -> None:
+        """Load the embedding model and the saved index (seconds: torch and the weights), off the loop."""
+        if not self.settings.semantic:
+            return
+        try:
+            self.semantic = await asyncio.to_thread(self._load_semantic)
+        except RuntimeError as exc:  # not installed, or not a model: exact caching goes on
+            self.semantic_off = str(exc)
+            log.warning("semantic caching is off: %s", exc)
+
+    def _load_semantic(self) -> SemanticIndex:
+        from firsttoken.cache.embed import SentenceEmbedder
+
+        index = SemanticIndex(SentenceEmbedder(self.settings.embedding), self.settings.similarity)
+        if self._index_path is not None:
+            index.load(self._index_path)
+        return index
+
+    @property
+    def _index_path(self) -> Path | None:
+        return Path(self.settings.path).with_suffix(".semantic") if self.settings.backend == "sqlite" else None
 
     async def lookup(self, headers: Sequence[tuple[bytes, bytes]], tenant: str, model: str, targets: Sequence[str],
                body: dict[str, Any]) -> Lookup | None:
@@ -52,7 +96,30 @@ class EdgeCache:
         ttl = ttl if ttl > 0 else self.settings.ttl
         owner = "*" if self.settings.shared else tenant
         key = exact_key(owner, targets, body)
-        return Lookup(key, await self.store.get(key, time.time()) if read else None, read, write, owner, ttl)
+        lookup = Lookup(key, await self.store.get(key, time.time()) if read else None, read, write, owner, ttl)
+        if lookup.hit is None and self.semantic is not None:
+            await self._semantic(lookup, targets, body)
+        return lookup
+
+    async def _semantic(self, lookup: Lookup, targets: Sequence[str], body: dict[str, Any]) -> None:
+        """A paraphrase's stored answer, when the guards agree; and the prompt, to keep with a fresh one."""
+        assert self.semantic is not None
+        split = last_user_text(body)
+        if split is None:
+            return
+        text, context = split
+        vector = (await asyncio.to_thread(self.semantic.vectors, [text]))[0]  # torch lets go of the GIL
+        lookup.prompt = Prompt(exact_key(lookup.tenant, targets, context), text, vector)
+        if not lookup.read:
+            return
+        found = self.semantic.find(lookup.prompt.scope, text, vector).match
+        if found is None:
+            return
+        entry = await self.store.get(found.ref, time.time())
+        if entry is None:  # evicted or expired since: forget the prompt too
+            self.semantic.remove(found.ref)
+            return
+        lookup.hit, lookup.similarity = entry, found.similarity
 
     def keep(self, lookup: Lookup, kind: Kind, body: bytes, route: str,
              upstream_headers: Any = None) -> None:
@@ -65,9 +132,34 @@ class EdgeCache:
                 return
         now = time.time()
         self.store.put(lookup.key, Entry(kind, body, lookup.tenant, route, now, now + lookup.ttl))
+        if self.semantic is not None and lookup.prompt is not None:
+            prompt = lookup.prompt
+            self.semantic.add(prompt.scope, prompt.text, lookup.key, prompt.vector)
 
     async def close(self) -> None:
         await self.store.close()
+        if self.semantic is not None and self._index_path is not None:
+            await asyncio.to_thread(self.semantic.save, self._index_path)
+
+
+def last_user_text(body: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """The text of the request's last message when a user wrote it, and the request without that text
+    (its context: the scope a paraphrase must share); None when the request ends otherwise."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages or not isinstance(messages[-1], dict):
+        return None
+    last = messages[-1]
+    if last.get("role") != "user":
+        return None
+    content = last.get("content")
+    if isinstance(content, list):
+        parts = [p for p in content if isinstance(p, dict)]
+        if any(p.get("type") != "text" for p in parts):  # an image or a file: only an exact match will do
+            return None
+        content = "\n".join(str(p.get("text", "")) for p in parts)
+    if not isinstance(content, str) or not content.strip():
+        return None
+    return content, {**body, "messages": [*messages[:-1], {**last, "content": None}]}
 
 
 def open_store(settings: Cache) -> Store:

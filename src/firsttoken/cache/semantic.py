@@ -10,12 +10,17 @@ with. The candidates it refused, and why, come back too, for the header and the 
 from __future__ import annotations
 
 import itertools
+import json
+import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 from firsttoken.cache.embed import Embedder
 from firsttoken.cache.guards import disagreements
+
+log = logging.getLogger("firsttoken.cache")
 
 DEFAULT_THRESHOLD = 0.85
 
@@ -47,6 +52,33 @@ class SemanticIndex:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def save(self, path: Path) -> None:
+        """The index and its prompts, to `path` (.usearch) and beside it (.json), to be loaded after a restart."""
+        self._index.save(str(path.with_suffix(".usearch")))
+        entries = {str(k): list(v) for k, v in self._entries.items()}
+        path.with_suffix(".json").write_text(json.dumps({"next": next(self._ids), "entries": entries}))
+
+    def load(self, path: Path) -> None:
+        """What save() wrote, when it is there; a file that will not load is left behind, and the index starts empty."""
+        from usearch.index import Index
+
+        vectors, facts = path.with_suffix(".usearch"), path.with_suffix(".json")
+        if not (vectors.is_file() and facts.is_file()):
+            return
+        try:
+            saved = json.loads(facts.read_text())
+            index = Index.restore(str(vectors))
+        except (OSError, ValueError, RuntimeError) as exc:
+            log.warning("semantic index at %s not loaded (%s); starting empty", path, exc)
+            return
+        if index is None or index.ndim != self.embedder.dimensions:
+            log.warning("semantic index at %s is for another model; starting empty", path)
+            return
+        self._index = index
+        self._entries = {int(k): (v[0], v[1], v[2]) for k, v in saved["entries"].items()}
+        self._by_ref = {ref: k for k, (_, _, ref) in self._entries.items()}
+        self._ids = itertools.count(int(saved["next"]))
 
     def vectors(self, texts: list[str]) -> np.ndarray:
         return self.embedder.embed(texts)

@@ -136,6 +136,10 @@ def verdict(journey: Journey, provider_ms: float | None = None) -> str:
         return f"failed with HTTP {journey.status} after {p.e2e:.0f} ms"
     if journey.cache == "hit":
         return f"answered from the edge cache in {p.e2e:.1f} ms, without crossing to the upstream"
+    if journey.cache.startswith("semantic-hit"):
+        similarity = journey.cache.rpartition("=")[2]
+        return (f"answered from the edge cache in {p.e2e:.1f} ms: a question asked before in other words "
+                f"(similarity {similarity})")
     if journey.cache == "hit; joined":
         return f"joined an identical request already in flight: {p.e2e:.0f} ms, one upstream request for both"
     cold = journey.upstream_timing.get("cold", 0.0)

@@ -73,7 +73,8 @@ class Metrics:
         series = self._series.get(key)
         if series is None:
             series = self._series[key] = self._series_for(timeline)
-        self.cache.inc(_CACHE_RESULTS.get(timeline.cache, "other"))
+        outcome = timeline.cache
+        self.cache.inc(_CACHE_RESULTS.get(outcome) or ("semantic-hit" if outcome.startswith(b"semantic") else "other"))
         if timeline.status >= 400:
             self.duration.of(*series.labels, str(timeline.status)).observe(p.e2e / 1000)
             return

@@ -122,6 +122,8 @@ class Gateway:
                 try:
                     self.alarms.start()
                     self.sink.start()
+                    if self.cache is not None:
+                        await self.cache.start()  # the embedding model, when semantic caching is on
                     if self.embedded is not None:
                         await self.embedded.start()
                     await self.upstreams.start()
@@ -220,7 +222,7 @@ class Gateway:
             await forward()
             return
         if lookup.hit is not None:
-            await send_cached(send, base, timeline, lookup.hit, stream, wants_usage)
+            await send_cached(send, base, timeline, lookup.hit, stream, wants_usage, lookup.header)
             return
         flight = self.flights.get(lookup.key) if lookup.read else None
         if flight is not None:

@@ -18,8 +18,8 @@ JOINED = b"hit; joined"  # x-firsttoken-cache of a request that took an identica
 
 
 async def send_cached(send: Send, base_headers: Headers, timeline: Timeline, entry: Entry, stream: bool,
-                      include_usage: bool) -> None:
-    timeline.cache, timeline.route, timeline.status = b"hit", entry.model, 200
+                      include_usage: bool, header: bytes = b"hit") -> None:
+    timeline.cache, timeline.route, timeline.status = header, entry.model, 200
     if stream:
         events = as_stream(entry, include_usage)
         timeline.first_byte = timeline.first_token = perf_counter()

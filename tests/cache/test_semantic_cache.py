@@ -1,0 +1,86 @@
+"""The semantic cache through the real gateway, with the real local embedding model: a paraphrase is
+served with its similarity shown, a question that only looks similar goes upstream, the same question in
+another conversation or for another tenant never meets the first, and the index survives a restart."""
+
+from __future__ import annotations
+
+import itertools
+
+import httpx
+import openai
+import pytest
+
+from conftest import CLIENT_KEY, OTHER_CLIENT_KEY, UPSTREAM_KEY
+from support.gateway_process import GatewayProcess
+
+RUN = itertools.count()
+
+
+def settings(upstream_url: str) -> dict:
+    return {"upstreams": {"fake": {"url": upstream_url, "key": UPSTREAM_KEY}},
+            "keys": [{"name": "app", "key": CLIENT_KEY}, {"name": "other", "key": OTHER_CLIENT_KEY}],
+            "models": {"chat": ["fake/echo"]},
+            "cache": {"backend": "sqlite", "path": "cache.db", "semantic": True, "similarity": 0.85}}
+
+
+@pytest.fixture(scope="module")
+def gateway(upstream, tmp_path_factory):
+    with GatewayProcess(settings(upstream.url), tmp_path_factory.mktemp("semantic")) as running:
+        yield running
+
+
+def ask(gateway: GatewayProcess, question: str, key: str = CLIENT_KEY, system: str | None = None,
+        stream: bool = False) -> tuple[str, str]:
+    """(x-firsttoken-cache, the answer's text)."""
+    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": question}]
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=key, max_retries=0)
+    raw = client.chat.completions.with_raw_response.create(model="chat", messages=messages, stream=stream)
+    if stream:
+        text = "".join(c.choices[0].delta.content or "" for c in raw.parse() if c.choices)
+    else:
+        text = raw.parse().choices[0].message.content
+    return raw.headers["x-firsttoken-cache"], text
+
+
+def context() -> str:
+    """A system prompt of this test's own, so that tests sharing the gateway never meet."""
+    return f"You are assistant number {next(RUN)}."
+
+
+def test_a_paraphrase_is_served_with_its_similarity(gateway, upstream) -> None:
+    system = context()
+    state, first = ask(gateway, "How do I cook beans?", system=system)
+    assert state == "miss" and first == "echo: How do I cook beans?"
+    before = upstream.stats.requests
+    state, again = ask(gateway, "What is the way to cook beans?", system=system, stream=True)
+    assert state.startswith("semantic-hit; similarity=0.9") and again == first
+    assert upstream.stats.requests == before
+    auth = {"authorization": f"Bearer {CLIENT_KEY}"}
+    journey = httpx.get(gateway.url + "/v1/journeys?limit=1", headers=auth).json()["data"][0]
+    assert "in other words" in journey["verdict"]
+
+
+@pytest.mark.parametrize(("stored", "asked"), [
+    ("Is the museum open on Mondays?", "Is the museum closed on Mondays?"),
+    ("Convert 5 pounds to kilograms.", "Convert 5 kilograms to pounds."),
+    ("Refund order 55120.", "Refund order 55102."),
+])
+def test_a_question_that_only_looks_similar_goes_upstream(gateway, stored: str, asked: str) -> None:
+    system = context()
+    assert ask(gateway, stored, system=system)[0] == "miss"
+    state, text = ask(gateway, asked, system=system)
+    assert state == "miss" and text == f"echo: {asked}"
+
+
+def test_another_conversation_or_tenant_never_meets_the_first(gateway) -> None:
+    system = context()
+    assert ask(gateway, "How do I cook rice?", system=system)[0] == "miss"
+    assert ask(gateway, "What is the way to cook rice?", system=context())[0] == "miss"  # another system prompt
+    assert ask(gateway, "What is the way to cook rice?", system=system, key=OTHER_CLIENT_KEY)[0] == "miss"
+
+
+def test_the_index_survives_a_restart(upstream, tmp_path) -> None:
+    with GatewayProcess(settings(upstream.url), tmp_path) as first:
+        assert ask(first, "How do I boil an egg?")[0] == "miss"
+    with GatewayProcess(settings(upstream.url), tmp_path) as second:
+        assert ask(second, "What is the way to boil an egg?")[0].startswith("semantic-hit")
