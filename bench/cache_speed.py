@@ -1,20 +1,24 @@
-"""The exact cache's speed through the gateway: a hit end to end at one connection (p50, p99), and
-requests/s on hits against the gateway's miss path at 32, both modes, in one run.
+"""The edge cache's speed through the gateway: an exact hit and a semantic hit end to end at one connection
+(p50, p99), and requests/s on exact hits against the gateway's miss path at 32, both modes, in one run.
 
     .venv/bin/python bench/cache_speed.py [--seconds 5]
 
 One gateway (1 worker, SQLite cache) in front of the static nginx upstream of the overhead benchmark.
 Every wrk request is the same one, so after the first it is a hit; the miss path is the same requests
-with `x-firsttoken-cache: off` (straight to the upstream, nothing read or kept). "Direct" is nginx itself,
-for scale. Run by hand; CI never runs it.
+with `x-firsttoken-cache: off` (straight to the upstream, nothing read or kept). A semantic hit is a
+paraphrase of a stored question, asked again and again (a semantic hit stores nothing under its own key,
+so each one embeds its question and searches). "Direct" is nginx itself, for scale. Needs
+firsttoken[semantic] for the semantic rows. Run by hand; CI never runs it.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import sys
+import urllib.request
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -24,6 +28,14 @@ import wrk  # noqa: E402
 from gateway_overhead import WORK, firsttoken_process, nginx  # noqa: E402
 
 OFF = {"x-firsttoken-cache": "off"}
+
+
+def _cache_state(url: str, body: str) -> str:
+    request = urllib.request.Request(url, body.encode(), {"content-type": "application/json",
+                                                          "authorization": f"Bearer {wrk.CLIENT_KEY}"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        response.read()
+        return response.headers.get("x-firsttoken-cache", "")
 
 
 def main() -> None:
@@ -38,10 +50,18 @@ def main() -> None:
     with ExitStack() as stack:
         stack.enter_context(nginx(fixtures.upstream_nginx_conf(str(WORK), upstream), "upstream"))
         url, _ = stack.enter_context(firsttoken_process(upstream, 1, None, {
-            "cache": {"backend": "sqlite", "path": str(cache_file)}, "journeys": {"log": None}}))
+            "cache": {"backend": "sqlite", "path": str(cache_file), "semantic": True}, "journeys": {"log": None}}))
+        target = f"{url}/v1/chat/completions"
+        for mode, model in (("json", "bench"), ("stream", "bench-sse")):
+            stored, asked = (json.dumps({"model": model, "stream": mode == "stream",
+                                         "messages": [{"role": "user", "content": q}]})
+                             for q in ("How do I cook beans?", "What is the way to cook beans?"))
+            wrk.run(target, stored, 1, 1, WORK)
+            if not _cache_state(target, asked).startswith("semantic-hit"):
+                raise SystemExit("the paraphrase was not a semantic hit: is firsttoken[semantic] installed?")
+            rows.append((mode, "semantic hit", 1, wrk.run(target, asked, 1, args.seconds, WORK)))
         for mode, model, path in (("json", "bench", "json"), ("stream", "bench-sse", "sse")):
             body = fixtures.request_body(model, mode == "stream")
-            target = f"{url}/v1/chat/completions"
             wrk.run(target, body, 1, 1, WORK)  # the first request is the miss that fills the cache
             for label, connections, headers in (("hit", 1, None), ("miss path", 1, OFF), ("hit", 32, None),
                                                 ("miss path", 32, OFF)):
