@@ -130,7 +130,8 @@ def main() -> None:
     print()
     print(f"Wrong hits with the guards at {DEFAULT_THRESHOLD} ({len(wrong_listed)}):")
     for j, i, similarity in wrong_listed:
-        print(f"- asked #{j} {asked[j][:70]!r} → served #{i} ({similarity:.3f}) {origins[i][:70]!r}")
+        print(f"- asked #{j} {asked[j][:70]!r} → served #{i} ({similarity:.3f}) {origins[i][:70]!r}; its own "
+              f"origin {origins[j][:70]!r} ({similar_origins[i, j]:.3f} to the served one)")
     print()
     print(f"Adversarial near misses ({len(NEAR_MISSES)} guard pairs + {len(SCOPED)} scope pairs), wrong hits at "
           f"{DEFAULT_THRESHOLD}: {len(adversarial_wrong)} with the guards and the scope; the guard pairs with "
