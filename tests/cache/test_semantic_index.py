@@ -59,3 +59,13 @@ def test_a_prompt_can_be_replaced_and_removed() -> None:
     assert len(made) == 2
     made.remove("beans")
     assert made.find("scope", "How do I cook beans?").match is None and len(made) == 1
+
+
+def test_the_index_is_bounded_and_the_oldest_go_first() -> None:
+    made = SemanticIndex(Chosen(TEXTS), threshold=0.85, max_prompts=2)
+    made.add("scope", "How do I cook beans?", "beans")
+    made.add("scope", "Is the museum open on Mondays?", "museum")
+    made.add("scope", "Tell me a joke.", "joke")
+    assert len(made) == 2
+    assert made.find("scope", "What is the way to cook beans?").match is None  # the oldest went
+    assert made.find("scope", "Tell me a joke.").match is not None

@@ -44,7 +44,7 @@ class GatewayProcess:
             [sys.executable, "-m", "firsttoken", "serve", "--config", str(self.config_path),
              "--port", str(self.port), *self.args],
             stdout=self._log, stderr=subprocess.STDOUT, env=self.env, cwd=self.workdir)
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60  # a gateway that loads an embedding model takes seconds on a busy machine
         path = "/readyz" if self.wait_ready else "/healthz"
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

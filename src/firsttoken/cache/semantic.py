@@ -23,6 +23,7 @@ from firsttoken.cache.guards import disagreements
 log = logging.getLogger("firsttoken.cache")
 
 DEFAULT_THRESHOLD = 0.85
+DEFAULT_MAX_PROMPTS = 100_000  # 384 float32s each: about 150 MB of vectors with the graph, at most
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,12 +40,14 @@ class Found:
 
 
 class SemanticIndex:
-    def __init__(self, embedder: Embedder, threshold: float = DEFAULT_THRESHOLD, candidates: int = 8) -> None:
+    def __init__(self, embedder: Embedder, threshold: float = DEFAULT_THRESHOLD, candidates: int = 8,
+                 max_prompts: int = DEFAULT_MAX_PROMPTS) -> None:
         from usearch.index import Index
 
         self.embedder = embedder
         self.threshold = threshold
         self.candidates = candidates
+        self.max_prompts = max_prompts  # a bound: the oldest prompts go first (their answers age out first too)
         self._index = Index(ndim=embedder.dimensions, metric="ip", dtype="f32")
         self._entries: dict[int, tuple[str, str, str]] = {}  # id → (scope, text, ref)
         self._by_ref: dict[str, int] = {}
@@ -90,6 +93,8 @@ class SemanticIndex:
         self._index.add(key, vector if vector is not None else self.vectors([text])[0])
         self._entries[key] = (scope, text, ref)
         self._by_ref[ref] = key
+        while len(self._entries) > self.max_prompts:
+            self.remove(self._entries[next(iter(self._entries))][2])  # dicts keep insertion order: the oldest
 
     def remove(self, ref: str) -> None:
         key = self._by_ref.pop(ref, None)
