@@ -62,7 +62,6 @@ class EdgeCache:
         self.settings = settings
         self.store = open_store(settings)
         self.semantic: SemanticIndex | None = None  # loaded by start(), when configured and installed
-        self.semantic_off = "" if settings.semantic else "semantic: false"  # why there is none, in words
 
     async def start(self) -> None:
         """Load the embedding model and the saved index (seconds: torch and the weights), off the loop."""
@@ -71,7 +70,6 @@ class EdgeCache:
         try:
             self.semantic = await asyncio.to_thread(self._load_semantic)
         except RuntimeError as exc:  # not installed, or not a model: exact caching goes on
-            self.semantic_off = str(exc)
             log.warning("semantic caching is off: %s", exc)
 
     def _load_semantic(self) -> SemanticIndex:

@@ -272,7 +272,7 @@ class StreamForwarder:
                       translator=link.adapter.stream_translator(True),  # usage for us; the relay strips it
                       strip_usage=not self.client_wants_usage, alarms=self.alarms, heartbeat=self.heartbeat,
                       first_token_deadline=deadline, idle_s=link.settings.timeouts.idle, upstream=link.name,
-                      capture=self.capture if self.capture is not None else [] if self.keep is not None else None)
+                      capture=self.capture)
         result = await relay.run()
         usage = result.usage or {}
         output, prompt = usage.get("completion_tokens"), usage.get("prompt_tokens")
@@ -283,7 +283,7 @@ class StreamForwarder:
             await self.send({"type": "http.response.body", "body": b""})
         if result.clean:
             link.pool.release_later(response)
-            if self.keep is not None and relay.capture:
+            if self.keep is not None and relay.capture:  # keep comes with a capture to keep from
                 self.keep("sse", b"\n\n".join(relay.capture) + b"\n\n", response.headers)
         return None
 
