@@ -1,14 +1,18 @@
 """The semantic cache's quality: right hits, wrong hits and misses on GPTCache's paraphrase set (store
-every `origin`, ask every `similar`), beside GPTCache's published table; and wrong hits on our own
-adversarial near-miss set (target: none).
+every `origin`, ask every `similar`), beside GPTCache's published table; and, on our own adversarial set
+(tests/cache/data/near_misses.json and the guard tests' pairs), wrong hits (target: none) and how many
+of its true paraphrases are still served.
 
     .venv/bin/python bench/cache_quality.py [--thresholds 0.80 0.85 0.90]
 
 Each threshold is run with similarity alone and with the guards. "Strict" counts only the paired origin
-as right. "Adjusted" also counts a hit on an origin that is the same text as the paired one, or a close
-paraphrase of it (similarity ≥ 0.90 to it and no guard objects); every such hit at the default threshold
-is listed, so a reader can check them. Every wrong hit at the default threshold is listed too. Run by
-hand; CI never runs it.
+as right. "Adjusted" also counts a hit on an origin that is the same text as the paired one, or that a
+reader judged to say the same thing: bench/data/gptcache_origin_pairs_labelled.json holds 91 pairs of
+origins, each labelled same or different with a reason, by reading them without knowing which the cache
+served (every origin that a lookup at 0.78 or above could serve in place of its pair, and 40 other close
+pairs; one more, found by a later run, labelled the same way). A pair nobody labelled counts as wrong.
+Every adjusted hit and every wrong hit at the default threshold is listed, so a reader can check them.
+Run by hand; CI never runs it.
 """
 
 from __future__ import annotations
@@ -24,15 +28,14 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "cache"))
-from test_guards import NEAR_MISSES  # noqa: E402  (the adversarial pairs the tests hold the guards to)
+from test_guards import ADVERSARIAL, NEAR_MISSES  # noqa: E402  (the pairs the tests hold the guards to)
 
-from firsttoken.cache.embed import SentenceEmbedder  # noqa: E402
-from firsttoken.cache.guards import disagreements  # noqa: E402
+from firsttoken.cache.embed import Embedder, load_embedder  # noqa: E402
 from firsttoken.cache.semantic import DEFAULT_THRESHOLD, SemanticIndex  # noqa: E402
 
 PAIRS = ROOT.parent / "shared" / "data" / "gptcache_paraphrase_pairs.json"
 PUBLISHED = {0.95: (425, 25, 549), 0.90: (804, 77, 118), 0.80: (904, 92, 3)}  # GPTCache's README, 1 000 queries
-CLOSE_PARAPHRASE = 0.90  # the served origin against the paired one; every such hit is listed
+LABELLED = ROOT / "bench" / "data" / "gptcache_origin_pairs_labelled.json"
 
 # Beyond the guard tests' pairs: the same question where only the context or the tenant differs, which the
 # scope (not a guard) must keep apart.
@@ -41,8 +44,11 @@ SCOPED = [("tenant a", "tenant b", "What is our refund policy?"),
           ("turns: user asked about Python", "turns: user asked about Rust", "How do I read a file?")]
 
 
-def embed(embedder: SentenceEmbedder, texts: list[str]) -> np.ndarray:
-    return np.vstack([embedder.embed(texts[i:i + 64]) for i in range(0, len(texts), 64)])
+def embed(embedder: Embedder, texts: list[str]) -> np.ndarray:
+    """In batches of texts of about one length (less padding), returned in the order given."""
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    vectors = np.vstack([embedder.embed([texts[i] for i in order[k:k + 32]]) for k in range(0, len(order), 32)])
+    return vectors[np.argsort(order)]
 
 
 def main() -> None:
@@ -52,17 +58,22 @@ def main() -> None:
     pairs = json.loads(PAIRS.read_text())
     origins, asked = [p["origin"] for p in pairs], [p["similar"] for p in pairs]
     started = time.perf_counter()
-    embedder = SentenceEmbedder(threads=2)
+    embedder = load_embedder(threads=2)
     origin_vectors, asked_vectors = embed(embedder, origins), embed(embedder, asked)
     embedded_s = time.perf_counter() - started
 
     similar_origins = origin_vectors @ origin_vectors.T
+    labels = {tuple(p["origins"]): p for p in json.loads(LABELLED.read_text())}
+    unlabelled: set[tuple[int, int]] = set()
 
     def twin(served: int, paired: int) -> bool:
-        """Whether the served origin says what the paired one says: the same text, or a close paraphrase."""
-        return (origins[served].strip() == origins[paired].strip()
-                or (similar_origins[served, paired] >= CLOSE_PARAPHRASE and not disagreements(origins[served],
-                                                                                          origins[paired])))
+        """Whether the served origin says what the paired one says: the same text, or labelled the same."""
+        if " ".join(origins[served].lower().split()) == " ".join(origins[paired].lower().split()):
+            return True
+        label = labels.get((min(served, paired), max(served, paired)))
+        if label is None:
+            unlabelled.add((served, paired))
+        return label is not None and label["same"]
 
     rows, wrong_listed, listed = [], [], []
     for guarded in (False, True):
@@ -85,7 +96,7 @@ def main() -> None:
                     elif twin(int(found.ref), j):
                         adjusted += 1
                         if guarded and threshold == DEFAULT_THRESHOLD:
-                            listed.append((j, int(found.ref), float(similar_origins[int(found.ref), j])))
+                            listed.append((j, int(found.ref)))
                     else:
                         wrong += 1
                         if guarded and threshold == DEFAULT_THRESHOLD:
@@ -96,8 +107,10 @@ def main() -> None:
             rows.append((threshold, guarded, strict, adjusted, len(pairs) - missed - adjusted, missed))
 
     index = SemanticIndex(embedder, threshold=DEFAULT_THRESHOLD)
+    near_misses = [(stored, asked_) for stored, asked_, _ in NEAR_MISSES]
+    near_misses += [(p["stored"], p["asked"]) for p in ADVERSARIAL["near_misses"]]
     adversarial_wrong, unguarded_wrong = [], 0
-    for n, (stored, question, _kind) in enumerate(NEAR_MISSES):
+    for n, (stored, question) in enumerate(near_misses):
         index.add("adversarial", stored, f"a{n}")
         found = index.find("adversarial", question)
         if found.match is not None:
@@ -105,6 +118,13 @@ def main() -> None:
         if found.match is not None or found.refused:  # above the threshold: similarity alone would serve it
             unguarded_wrong += 1
         index.remove(f"a{n}")  # one stored prompt at a time: each question meets only its own near miss
+    served = refused = 0
+    for n, pair in enumerate(ADVERSARIAL["paraphrases"]):
+        index.add("paraphrases", pair["stored"], f"p{n}")
+        found = index.find("paraphrases", pair["asked"])
+        served += found.match is not None
+        refused += bool(found.refused)
+        index.remove(f"p{n}")
     for n, (scope_a, scope_b, question) in enumerate(SCOPED):
         index.add(scope_a, question, f"s{n}")
         found = index.find(scope_b, question).match
@@ -124,18 +144,26 @@ def main() -> None:
               f"{adjusted} | {wrong} | {missed} | {theirs} |")
     print()
     print(f"Hits counted as right only when adjusted, with the guards at {DEFAULT_THRESHOLD} ({len(listed)}): the "
-          f"served origin against the paired one (their similarity)")
-    for j, i, similarity in listed:
-        print(f"- asked #{j}: served #{i} ({similarity:.3f}) {origins[i][:80]!r} / paired {origins[j][:80]!r}")
+          f"served origin against the paired one, and why they say the same")
+    for j, i in listed:
+        label = labels.get((min(i, j), max(i, j)))
+        why = label["why"] if label else "the same text"
+        print(f"- asked #{j}: served #{i} {origins[i][:80]!r} / paired {origins[j][:80]!r}: {why}")
     print()
     print(f"Wrong hits with the guards at {DEFAULT_THRESHOLD} ({len(wrong_listed)}):")
     for j, i, similarity in wrong_listed:
+        label = labels.get((min(i, j), max(i, j)))
+        why = f"labelled different: {label['why']}" if label else "not labelled"
         print(f"- asked #{j} {asked[j][:70]!r} → served #{i} ({similarity:.3f}) {origins[i][:70]!r}; its own "
-              f"origin {origins[j][:70]!r} ({similar_origins[i, j]:.3f} to the served one)")
+              f"origin {origins[j][:70]!r} ({similar_origins[i, j]:.3f} to the served one; {why})")
+    if unlabelled:
+        print(f"\nServed in place of their pair but not labelled (counted wrong): {sorted(unlabelled)}")
     print()
-    print(f"Adversarial near misses ({len(NEAR_MISSES)} guard pairs + {len(SCOPED)} scope pairs), wrong hits at "
-          f"{DEFAULT_THRESHOLD}: {len(adversarial_wrong)} with the guards and the scope; the guard pairs with "
-          f"similarity alone: {unguarded_wrong} of {len(NEAR_MISSES)}")
+    print(f"Adversarial near misses ({len(near_misses)} pairs + {len(SCOPED)} where only the scope differs), wrong "
+          f"hits at {DEFAULT_THRESHOLD}: {len(adversarial_wrong)} with the guards and the scope; with similarity "
+          f"alone: {unguarded_wrong} of {len(near_misses)}")
+    print(f"Adversarial paraphrases ({len(ADVERSARIAL['paraphrases'])}): {served} served, {refused} refused by a "
+          f"guard, {len(ADVERSARIAL['paraphrases']) - served - refused} below the threshold")
     for question, stored, similarity in adversarial_wrong:
         print(f"- {question!r} served {stored!r} ({similarity:.3f})")
 

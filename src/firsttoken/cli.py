@@ -317,7 +317,7 @@ def _banner(settings: Settings, workers: int) -> None:
         scope = "shared by all client keys" if cache.shared else "one per client key"
         semantic = ""
         if cache.semantic:
-            installed = importlib.util.find_spec("sentence_transformers") is not None
+            installed = all(importlib.util.find_spec(m) is not None for m in ("usearch", "text_to_num"))
             semantic = (f"; paraphrases too (similarity ≥ {cache.similarity}, {cache.embedding})" if installed else
                         "; paraphrases off: pip install 'firsttoken[semantic]'")
         err.print(f"  cache: exact, in {where}, {scope}, TTL {cache.ttl} s{semantic}", markup=False, soft_wrap=True)

@@ -124,6 +124,7 @@ class Cache(_Strict):
     semantic: bool = Field(True, description="also answer paraphrases (needs firsttoken[semantic])")
     similarity: float = Field(0.85, gt=0, le=1, description="the least cosine similarity of a semantic hit")
     embedding: str = Field("all-MiniLM-L6-v2", description="the local embedding model, or a model directory")
+    embedding_runtime: Literal["onnx", "torch"] = Field("onnx", description="what computes the embeddings")
     ttl: int = Field(86400, ge=0, description="seconds an answer is kept")
     max_bytes: int = Field(256 * 1024 * 1024, ge=1024, description="answers kept in all; the oldest go first")
     shared: bool = Field(False, description="one cache for every client key (by default each has its own)")

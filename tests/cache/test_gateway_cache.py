@@ -260,7 +260,9 @@ def test_a_joined_request_whose_client_leaves_goes_nowhere(cached, upstream) -> 
     first = threading.Thread(target=lambda: httpx.post(cached.url + "/v1/chat/completions", json=body, headers=auth,
                                                        timeout=10))
     first.start()
-    time.sleep(0.15)
+    deadline = time.monotonic() + 10
+    while upstream.stats.requests == before and time.monotonic() < deadline:  # the leader is upstream now
+        time.sleep(0.01)
     with httpx.stream("POST", cached.url + "/v1/chat/completions", json=body, headers=auth, timeout=10) as reply:
         assert reply.headers["x-firsttoken-cache"] == "hit; joined"
         next(reply.iter_raw())  # the first of its events, then the client hangs up

@@ -29,7 +29,17 @@ NEAR_MISSES = [
     ("Reset the password of user AB1234.", "Reset the password of user AB1243.", "identifiers"),
     ("Summarise this in one sentence.", "Summarise this in three sentences.", "numbers"),
     ("¿Cuál es la capital de Kenia?", "Какая столица Кении?", "scripts"),
+    ("Explain why bond prices fall when interest rates rise", "Explain why bond prices rise when interest rates fall",
+     "trade places"),
+    ("What's the speed limit for trucks on German highways?", "What's the speed limit for cars on German highways?",
+     "one detail"),
+    ("Which programming language is this? fn main() {}", "Which programming language is this? func main() {}", "text"),
 ]
+
+# Written for this project as an adversarial set: 120 prompts one or two words away from a different
+# question (numbers, negation, opposites, direction, entities, identifiers, format, language, payload,
+# scope) and 64 true paraphrases of the same kinds.
+ADVERSARIAL = json.loads((Path(__file__).parent / "data" / "near_misses.json").read_text())
 
 # ("Convert 5 pounds to kilograms." / "How many kilograms are 5 pounds?" is refused: the units come in the
 # other order, and word order is all a guard can read direction from. A refusal costs one trip upstream.)
@@ -41,6 +51,11 @@ PARAPHRASES = [
     ("What is the capital of France?", "Which city is the capital of France?"),
     ("Classify the sentiment: I loved this film.", "Classify the sentiment:  i loved this film"),
     ("Tell me about PyTorch.", "PyTorch: tell me about it."),
+    ("Which fruits don't have seeds?", "Which fruits lack seeds?"),
+    ("How many languages are there? Over 100.", "How many languages are there? More than one hundred."),
+    ("Write a SQL query for orders where shipped_at is not null", "SQL to select orders with a non-null shipped_at"),
+    ("Is the parameter optional?", "Is the parameter not required?"),
+    ("What's the difference between TCP and UDP?", "What's the difference between UDP and TCP?"),
 ]
 
 
@@ -57,8 +72,22 @@ def test_a_paraphrase_passes(asked: str, stored: str) -> None:
     assert disagreements(asked, stored) == []
 
 
+@pytest.mark.parametrize("pair", ADVERSARIAL["near_misses"], ids=lambda p: f"{p['kind']}: {p['asked'][:40]}")
+def test_every_adversarial_near_miss_is_refused(pair: dict[str, str]) -> None:
+    assert disagreements(pair["asked"], pair["stored"]), f"{pair['asked']!r} would be served {pair['stored']!r}"
+
+
+def test_most_adversarial_paraphrases_pass() -> None:
+    """A refusal costs a trip upstream: the guards refuse a few paraphrases (a swapped synonym, the same
+    quantity in other units), not many."""
+    refused = [p for p in ADVERSARIAL["paraphrases"] if disagreements(p["asked"], p["stored"])]
+    assert len(refused) <= 8, refused
+
+
 def test_few_of_the_published_paraphrase_pairs_are_refused() -> None:
-    """GPTCache's paraphrase set: a refusal there is a right hit lost, so the guards must stay rare on it."""
+    """GPTCache's paraphrase set: a refusal there is a right hit lost, so the guards must stay rare on it
+    (about 4 %: mostly a verb swapped for a synonym in an otherwise identical sentence, and counts that
+    one side states and the other lists)."""
     pairs = json.loads((Path(__file__).parent / "data" / "gptcache_paraphrase_pairs.json").read_text())
     refused = [p for p in pairs if disagreements(p["similar"], p["origin"])]
-    assert len(refused) <= 25, len(refused)
+    assert len(refused) <= 40, len(refused)

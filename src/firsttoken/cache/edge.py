@@ -16,15 +16,17 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from firsttoken.cache.entry import Entry, Kind
 from firsttoken.cache.key import exact_key
 from firsttoken.cache.redis_store import RedisStore
-from firsttoken.cache.semantic import SemanticIndex
 from firsttoken.cache.stores import MemoryStore, SqliteStore, Store
 from firsttoken.config import Cache
 from firsttoken.errors import bad_request
+
+if TYPE_CHECKING:  # the semantic cache is an extra: firsttoken[semantic]
+    from firsttoken.cache.semantic import SemanticIndex
 
 log = logging.getLogger("firsttoken.cache")
 
@@ -64,7 +66,8 @@ class EdgeCache:
         self.semantic: SemanticIndex | None = None  # loaded by start(), when configured and installed
 
     async def start(self) -> None:
-        """Load the embedding model and the saved index (seconds: torch and the weights), off the loop."""
+        """Load the embedding model and the saved index (a fraction of a second; seconds for the first export
+        of the model), off the loop."""
         if not self.settings.semantic:
             return
         try:
@@ -73,9 +76,13 @@ class EdgeCache:
             log.warning("semantic caching is off: %s", exc)
 
     def _load_semantic(self) -> SemanticIndex:
-        from firsttoken.cache.embed import SentenceEmbedder
-
-        index = SemanticIndex(SentenceEmbedder(self.settings.embedding), self.settings.similarity)
+        try:
+            from firsttoken.cache.embed import load_embedder
+            from firsttoken.cache.semantic import SemanticIndex
+        except ImportError as exc:
+            raise RuntimeError(f"pip install 'firsttoken[semantic]' ({exc})") from exc
+        embedder = load_embedder(self.settings.embedding, self.settings.embedding_runtime)
+        index = SemanticIndex(embedder, self.settings.similarity)
         if self._index_path is not None:
             index.load(self._index_path)
         return index

@@ -8,98 +8,76 @@ keeps and a different question changes, and compares it exactly:
 
 - numbers and quantities (digits, number words, decimals and thousands written either way);
 - negation (an odd number of negators on one side only) and antonyms (open/closed, before/after…);
-- direction: the order of units, currencies and languages, and `from X to Y`;
+- direction: the order of units, currencies and languages, `from X to Y`, and any two words that
+  trade places ("prices rise when rates fall");
+- one detail swapped for another in an otherwise identical prompt ("for a child" / "for an adult");
 - named entities, codes and identifiers: each must appear in the other prompt too;
 - the requested output format and output language;
-- the payload of a classification or extraction prompt (what follows the instruction, or what is
-  quoted): it must be the same text.
+- quoted text, and the payload of a classification or extraction prompt: it must be the same text.
 
-They are word lists and regular expressions, written here because no library makes this judgement:
-NLP toolkits give tokens and entities, not "would this answer fit that question". A guard errs towards
-refusing: a refused hit costs one trip upstream, a wrong one serves the wrong answer.
+They are word lists (lexicon.py) and regular expressions, written here because no library makes this
+judgement: NLP toolkits give tokens and entities, not "would this answer fit that question". A guard
+errs towards refusing: a refused hit costs one trip upstream, a wrong one serves the wrong answer.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 
+from text_to_num import alpha2digit
+
+from firsttoken.cache.lexicon import (
+    ANTONYMS,
+    COMMON,
+    FORMATS,
+    FUNCTION,
+    LANGUAGES,
+    NEGATORS,
+    QUANTITY_WORDS,
+    SMALL,
+    SYMMETRIC,
+    UNITS,
+)
+
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*", re.UNICODE)
 _NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?![\w.]*\d)|(?<![\w.])\.\d+")
-_SMALL = {w: i for i, w in enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-    "seventeen eighteen nineteen twenty".split())}
-_TENS = {"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80, "ninety": 90,
-         "dozen": 12, "half": 0.5, "quarter": 0.25, "twice": 2, "double": 2, "triple": 3}
 CLOSE_WORDING = 0.6  # Jaccard of word stems from which a flipped word makes a different question
+# An edit that keeps this share of the longer prompt's words, in order, changes one detail of it.
+SAME_SKELETON = 0.6
+DETAIL_WORDS = 3  # at most this many content words changed on each side
+SAME_FRAME = 0.85  # two words trade places when swapping them back leaves the prompts this alike
 _INTERJECTION = re.compile(r"(?:^|(?<=[.!?]\s))\s*no\s*[,.!]", re.IGNORECASE)  # "No, it doesn't…"
-_NEGATORS = frozenset("not no never none nobody nothing neither nor cannot without nowhere".split())
-_ANTONYMS = [tuple(pair.split("/")) for pair in (
-    "open/closed close/open opens/closes opening/closing before/after earlier/later early/late first/last "
-    "increase/decrease increases/decreases raise/lower more/less most/least higher/lower high/low max/min "
-    "maximum/minimum above/below buy/sell buying/selling add/remove adding/removing "
-    "enable/disable enabled/disabled start/stop starts/stops true/false yes/no hot/cold warm/cool "
-    "import/export upload/download encrypt/decrypt encode/decode compress/decompress "
-    "push/pull win/lose won/lost accept/reject include/exclude included/excluded allow/deny allowed/denied "
-    "left/right north/south east/west male/female men/women past/future long/short fast/slow big/small "
-    "large/small plus/minus positive/negative cheap/expensive cheapest/dearest best/worst good/bad "
-    "better/worse safe/unsafe legal/illegal possible/impossible love/hate agree/disagree "
-    "arrive/depart arrival/departure deposit/withdraw debit/credit lend/borrow send/receive "
-    "sent/received input/output inbound/outbound incoming/outgoing ascending/descending asc/desc "
-    "minimum/maximum young/old younger/older newest/oldest light/dark day/night morning/evening "
-    "summer/winter spring/autumn weekday/weekend today/tomorrow yesterday/tomorrow monday/tuesday "
-    "wet/dry full/empty rich/poor success/failure pass/fail passed/failed valid/invalid legal/illegal "
-    "synonym/antonym same/different similar/different odd/even prime/composite").split()]
-_UNITS = {
-    "kg": "kg", "kgs": "kg", "kilogram": "kg", "kilograms": "kg", "kilo": "kg", "kilos": "kg",
-    "lb": "lb", "lbs": "lb", "pound": "lb", "pounds": "lb", "g": "g", "gram": "g", "grams": "g",
-    "oz": "oz", "ounce": "oz", "ounces": "oz", "km": "km", "kilometer": "km", "kilometers": "km",
-    "kilometre": "km", "kilometres": "km", "mile": "mi", "miles": "mi", "mi": "mi", "m": "m", "meter": "m",
-    "meters": "m", "metre": "m", "metres": "m", "cm": "cm", "centimeter": "cm", "centimeters": "cm",
-    "inch": "in", "inches": "in", "foot": "ft", "feet": "ft", "ft": "ft", "yard": "yd", "yards": "yd",
-    "celsius": "C", "centigrade": "C", "fahrenheit": "F", "kelvin": "K", "liter": "l", "liters": "l",
-    "litre": "l", "litres": "l", "gallon": "gal", "gallons": "gal", "ml": "ml", "cup": "cup", "cups": "cup",
-    "second": "s", "seconds": "s", "minute": "min", "minutes": "min", "hour": "h", "hours": "h",
-    "day": "d", "days": "d", "week": "wk", "weeks": "wk", "month": "mo", "months": "mo", "year": "y",
-    "years": "y", "byte": "B", "bytes": "B", "kb": "kB", "mb": "MB", "gb": "GB", "tb": "TB",
-    "usd": "USD", "dollar": "USD", "dollars": "USD", "eur": "EUR", "euro": "EUR", "euros": "EUR",
-    "gbp": "GBP", "sterling": "GBP", "ngn": "NGN", "naira": "NGN", "kes": "KES", "shilling": "KES",
-    "shillings": "KES", "zar": "ZAR", "rand": "ZAR", "jpy": "JPY", "yen": "JPY", "cedi": "GHS", "cedis": "GHS",
-    "mph": "mph", "kph": "kph", "kmh": "kph",
-}
-_LANGUAGES = frozenset(
-    "english french spanish german portuguese italian dutch russian arabic chinese mandarin cantonese "
-    "japanese korean hindi bengali urdu swahili yoruba hausa igbo amharic zulu xhosa afrikaans somali "
-    "turkish persian farsi greek polish ukrainian czech swedish norwegian danish finnish hebrew thai "
-    "vietnamese indonesian malay tagalog latin".split())
-_FORMATS = {
-    "json": "json", "yaml": "yaml", "yml": "yaml", "xml": "xml", "csv": "csv", "tsv": "tsv", "table": "table",
-    "tables": "table", "tabular": "table", "list": "list", "bullet": "list", "bullets": "list",
-    "bulleted": "list", "numbered": "numbered", "markdown": "markdown", "html": "html", "latex": "latex",
-    "code": "code", "python": "python", "javascript": "javascript", "typescript": "typescript", "java": "java",
-    "sql": "sql", "bash": "bash", "shell": "bash", "rust": "rust", "go": "go", "golang": "go", "c": "c",
-    "cpp": "cpp", "haiku": "haiku", "poem": "poem", "limerick": "limerick", "sonnet": "sonnet", "essay": "essay",
-    "tweet": "tweet", "email": "email", "letter": "letter", "summary": "summary", "tldr": "summary",
-    "paragraph": "paragraph", "paragraphs": "paragraph", "sentence": "sentence", "sentences": "sentence",
-    "word": "word", "words": "word", "outline": "outline", "diagram": "diagram", "regex": "regex",
-}
-_FORMAT_NAMES = "|".join(sorted((f for f in _FORMATS if f not in ("c", "go", "word", "words")), key=len, reverse=True))
+_OR_NOT = re.compile(r"\bor\s+not\b", re.IGNORECASE)  # "whether … or not", "spam or not spam": no denial
+_SYMBOLS = [(re.compile(r"°\s?C\b"), " celsius"), (re.compile(r"°\s?F\b"), " fahrenheit"),
+            (re.compile(r"\$(?=\d)"), " usd "), (re.compile(r"€(?=\d)"), " eur "), (re.compile(r"£(?=\d)"), " gbp "),
+            (re.compile(r"₦(?=\d)"), " ngn ")]
+_FORMAT_NAMES = "|".join(sorted((f for f in FORMATS if f not in ("c", "go", "word", "words")), key=len, reverse=True))
 # A format counts when the output is asked for in it ("return it as JSON", "answer in a table", "write a
 # haiku"), not when it is the topic ("a library for working with datasets in Python").
 _ASKED_FORMAT = re.compile(
     r"\b(?:return|output|format|formatted|respond|reply|answer|give|print|show|list|present|express|put|"
-    r"convert|rewrite|summari[sz]e|explain|describe|tell)\b[^.?!\n]{0,40}?\b(?:as|in|into)\s+(?:a\s+|an\s+)?"
+    r"convert|rewrite|summari[sz]e|explain|describe|tell|compare|create|make|draft|draw|write|send)\b[^.?!\n]{0,40}?\b(?:as|in|into)\s+(?:a\s+|an\s+)?"
     r"(?:valid\s+|plain\s+|simple\s+|short\s+|single\s+|brief\s+|bulleted\s+|numbered\s+)?(" + _FORMAT_NAMES
     + r")\b|\b(?:write|compose|draft|give\s+me|generate|produce)\s+(?:me\s+)?(?:a|an|one|two|three|\d+)?\s*"
-    r"(?:short\s+|brief\s+|funny\s+|simple\s+)?(" + _FORMAT_NAMES + r")\b", re.IGNORECASE)
-_TASKS = re.compile(r"\b(classify|categori[sz]e|label|tag|sentiment|extract|parse|translate|summari[sz]e|"
-                    r"detect|identify|correct|proofread|rewrite|paraphrase|rephrase|count|sort|reverse|"
-                    r"spell|transcribe|convert|format|score|rate|grade)\b", re.IGNORECASE)
-_QUOTED = re.compile(r"```(.*?)```|\"([^\"]{2,})\"|“([^”]{2,})”|'([^']{4,})'|«([^»]{2,})»", re.DOTALL)
-_CODE_LIKE = re.compile(r"\b(?=[\w-]*[A-Za-z]{2})(?=[\w-]*\d)[\w-]{4,}\b|[\w.+-]+@[\w-]+\.[\w.]+|https?://\S+")
+    r"(?:short\s+|brief\s+|funny\s+|simple\s+)?(" + _FORMAT_NAMES + r")\b"
+    r"|\b(?:as|in|into)\s+(?:a\s+|an\s+)?(?:\w+\s+)?(" + _FORMAT_NAMES + r")\s*[.?!]*\s*$", re.IGNORECASE)
+_TASKS = re.compile(r"(classify|categori[sz]e|label|tag|extract|parse|translate|summari[sz]e|detect|identify|"
+                    r"correct|proofread|rewrite|paraphrase|rephrase|count|sort|reverse|spell|transcribe|"
+                    r"convert|format|score|rate|grade|fix|find|list)$", re.IGNORECASE)
+_AFTER_HEAD = re.compile(r"^([^:?\n]*)([:?])\s*(.*)$", re.DOTALL)  # the instruction, then what it works on
+_POINTS = re.compile(r"\b(?:this|these|following|below)\s*$", re.IGNORECASE)  # "…is this?", "…the following:"
+_POLITE = frozenset("please kindly can could would will you help me i want need to now pls just".split())
+# Quoted text: a single quote only where no letter touches it from outside (not "don't … doesn't").
+_QUOTED = re.compile(r"```(.*?)```|\"([^\"]{2,})\"|“([^”]{2,})”|(?<!\w)'([^']{2,}?)'(?!\w)|«([^»]{2,})»", re.DOTALL)
+# Letters and digits side by side in one token: AB1234, 0x80070005, GPT-4o; not 200-word or 10-year-old.
+_CODE_LIKE = re.compile(r"(?<![\w-])(?=[\w-]{4,})[\w-]*(?:[A-Za-z]\d|\d[A-Za-z])[\w-]*|[\w.+-]+@[\w-]+\.[\w.]+|"
+                        r"https?://\S+")
+_VAGUE = re.compile(r"\b(?:dozens|hundreds|thousands|millions|billions)\b", re.IGNORECASE)
 _SPELLED = re.compile(r"(?<![\w-])[a-z]+(?![\w-])")  # whole words, not parts of "zero-copy" or "two-step"
 _LIST_MARKER = re.compile(r"(?:^|(?<=\s))\(?\d{1,2}[.)](?=\s)", re.MULTILINE)  # "1) first… 2. then…"
 _ARTICLE = r"(?:the\s+|a\s+|an\s+)?"
@@ -110,38 +88,53 @@ _FROM_TO = re.compile(rf"\bfrom\s+{_ARTICLE}(\w+)\s+(?:to|into)\s+{_ARTICLE}(\w+
 class Facts:
     """What the guards compare, read once per prompt."""
 
+    tokens: tuple[str, ...]  # lower-case words in order
     words: frozenset[str]
     stems: frozenset[str]  # without negators: what the wording has in common
     numbers: Counter[str]
     negated: bool
     units: tuple[str, ...]
     languages: tuple[str, ...]
-    formats: frozenset[str]
+    formats: frozenset[str]  # asked for
+    mentioned_formats: frozenset[str]  # named anywhere
     entities: frozenset[str]
     codes: frozenset[str]
     routes: frozenset[tuple[str, str]]
+    quoted: tuple[str, ...]
     payload: str | None
+    plain: str
     script: str
 
 
 @lru_cache(maxsize=4096)
 def facts(text: str) -> Facts:
     normal = unicodedata.normalize("NFKC", text)
+    for symbol, word in _SYMBOLS:
+        normal = symbol.sub(word, normal)
     tokens = _WORD.findall(normal)
-    lower = [t.lower() for t in tokens]
+    lower = tuple(t.lower() for t in tokens)
+    numbers = _numbers(normal)
+    units = tuple(UNITS[w] for w in lower if w in UNITS and (len(w) > 2 or w in ("kg", "lb", "km", "oz")))
+    # A unit is a fact where it measures something or is converted to another ("what year", "each day": not).
+    if not numbers and len(set(units)) < 2:
+        units = ()
     return Facts(
+        tokens=lower,
         words=frozenset(lower) | frozenset(_stem(w) for w in lower),
         stems=frozenset(_stem(w) for w in lower if not _negator(w)),
-        numbers=_numbers(normal, lower),
-        negated=any(_negator(w) for w in _WORD.findall(_INTERJECTION.sub("", normal).lower())),
-        units=tuple(_UNITS[w] for w in lower if w in _UNITS and (len(w) > 2 or w in ("kg", "lb", "km", "oz"))),
-        languages=tuple(w for w in lower if w in _LANGUAGES),
-        formats=frozenset(_FORMATS[next(g for g in m if g).lower()] for m in _ASKED_FORMAT.findall(normal)),
+        numbers=numbers,
+        negated=_negated(normal),
+        units=units,
+        languages=tuple(w for w in lower if w in LANGUAGES),
+        formats=frozenset(FORMATS[next(g for g in m if g).lower()] for m in _ASKED_FORMAT.findall(normal)),
+        mentioned_formats=frozenset(FORMATS[w] for w in lower if w in FORMATS),
         entities=frozenset(_entities(normal)),
         codes=frozenset(c.lower() for c in _CODE_LIKE.findall(normal)),
-        routes=frozenset((_UNITS.get(a.lower(), a.lower()), _UNITS.get(b.lower(), b.lower()))
+        routes=frozenset((UNITS.get(a.lower(), a.lower()), UNITS.get(b.lower(), b.lower()))
                          for a, b in _FROM_TO.findall(normal)),
+        quoted=tuple(_plain(next(g for g in m if g)) for m in _QUOTED.findall(normal)),
         payload=_payload(normal),
+        plain=_plain(normal),
         script=_script(normal),
     )
 
@@ -159,19 +152,26 @@ def disagreements(asked: str, stored: str) -> list[str]:
     if close and a.negated != b.negated:
         found.append("one is negated and the other is not")
     if close:
-        for left, right in _ANTONYMS:
+        for left, right in ANTONYMS:
             a_left, a_right, b_left, b_right = left in a.words, right in a.words, left in b.words, right in b.words
             if ((a_left and not a_right and b_right and not b_left)
                     or (a_right and not a_left and b_left and not b_right)):
                 found.append(f"opposites: {left} / {right}")
                 break
+    swapped = _swapped(a.tokens, b.tokens) if close else None
+    if swapped:
+        found.append(f"direction: {swapped[0]} and {swapped[1]} trade places")
+    detail = _changed_detail(a.tokens, b.tokens)
+    if detail:
+        found.append(f"one detail changed: {' '.join(detail[0])} / {' '.join(detail[1])}")
     if a.units != b.units and (a.units or b.units):
         found.append(f"units or direction differ: {list(a.units)} vs {list(b.units)}")
     if a.routes != b.routes:
         found.append("from/to differs")
     if a.languages != b.languages:
         found.append(f"languages differ: {list(a.languages)} vs {list(b.languages)}")
-    if a.formats != b.formats:
+    # A format asked for on one side must at least be named on the other ("Write a SQL query" / "SQL to…").
+    if (a.formats - b.mentioned_formats) or (b.formats - a.mentioned_formats):
         found.append(f"requested formats differ: {sorted(a.formats)} vs {sorted(b.formats)}")
     # A paraphrase adds or drops a name; a different question swaps one for another.
     only_a, only_b = _unmatched(a.entities, b.words), _unmatched(b.entities, a.words)
@@ -179,11 +179,72 @@ def disagreements(asked: str, stored: str) -> list[str]:
         found.append(f"different names: {sorted(only_a)} vs {sorted(only_b)}")
     if a.codes != b.codes:
         found.append(f"identifiers differ: {sorted(a.codes ^ b.codes)}")
-    if a.payload != b.payload:
+    if _text_differs(a, b):
         found.append("the text to work on differs")
     if a.script != b.script:
         found.append("written in different scripts")
     return found
+
+
+def _text_differs(a: Facts, b: Facts) -> bool:
+    """Quoted text, or a task's payload, on one side that the other does not have word for word."""
+    if (a.quoted and b.quoted and a.quoted != b.quoted) or (a.payload and b.payload and a.payload != b.payload):
+        return True
+    for mine, theirs in ((a, b), (b, a)):
+        if any(piece not in theirs.plain for piece in (*mine.quoted, *filter(None, (mine.payload,)))):
+            return True
+    return False
+
+
+def _swapped(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, str] | None:
+    """Two content words that both prompts have once each, in the other order, all else in order: "from
+    Lagos to Nairobi" / "from Nairobi to Lagos". Items of a list ("tea or coffee") may trade places."""
+    once_a = {w for w, n in Counter(a).items() if n == 1 and w not in FUNCTION}
+    once_b = {w for w, n in Counter(b).items() if n == 1 and w not in FUNCTION}
+    shared = once_a & once_b
+    order_a, order_b = [w for w in a if w in shared], [w for w in b if w in shared]
+    moved = [i for i, (x, y) in enumerate(zip(order_a, order_b, strict=True)) if x != y]
+    if len(moved) != 2:
+        return None
+    first, second = order_a[moved[0]], order_a[moved[1]]
+    if (order_b[moved[0]], order_b[moved[1]]) != (second, first):
+        return None
+    between = a[a.index(first) + 1:a.index(second)]
+    if not between or all(w in SYMMETRIC for w in between):
+        return None  # neighbours ("the provided link" / "the link provided"), or items of a list
+    # Only where the two words trade places in the same frame: a paraphrase that restructures a clause
+    # ("the provided link" / "the link provided") also reorders words, but swapping them back does not
+    # give the other prompt.
+    undone = tuple(second if w == first else first if w == second else w for w in b)
+    if difflib.SequenceMatcher(a=a, b=undone, autojunk=False).ratio() < SAME_FRAME:
+        return None
+    return first, second
+
+
+def _changed_detail(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[list[str], list[str]] | None:
+    """The content words swapped for others when the rest of the prompt stays as it was: "vitamin D for a
+    child" / "… for an adult". Without a thesaurus a swapped word may be a synonym ("built" /
+    "constructed"); refusing that costs a trip upstream, serving the other costs a wrong answer."""
+    matcher = difflib.SequenceMatcher(a=a, b=b, autojunk=False)
+    kept = sum(block.size for block in matcher.get_matching_blocks())
+    if kept < SAME_SKELETON * max(len(a), len(b)):
+        return None
+    edits = [op for op in matcher.get_opcodes() if op[0] != "equal"]
+    if len(edits) != 1:  # a paraphrase rewords here and there; a different question changes one place
+        return None
+    _, a_start, a_end, b_start, b_end = edits[0]
+    removed, added = _content(a[a_start:a_end]), _content(b[b_start:b_end])
+    removed_stems, added_stems = {_stem(w) for w in removed}, {_stem(w) for w in added}
+    if not (removed_stems - added_stems) or not (added_stems - removed_stems):
+        return None  # words only added or dropped, or the same words inflected otherwise ("Monday"/"Mondays")
+    if len(removed) > DETAIL_WORDS or len(added) > DETAIL_WORDS:
+        return None  # reworded, not one detail changed: the embedding judges it
+    return removed, added
+
+
+def _content(words: tuple[str, ...]) -> list[str]:
+    """What a changed span says beyond grammar; numbers and negators have guards of their own."""
+    return [w for w in words if w not in FUNCTION and not w.isdigit() and not _negator(w)]
 
 
 def _overlap(a: frozenset[str], b: frozenset[str]) -> float:
@@ -192,7 +253,7 @@ def _overlap(a: frozenset[str], b: frozenset[str]) -> float:
 
 
 def _negator(word: str) -> bool:
-    return word in _NEGATORS or word.endswith(("n't", "n’t"))
+    return word in NEGATORS or word.endswith(("n't", "n’t"))
 
 
 def _unmatched(names: frozenset[str], words: frozenset[str]) -> set[str]:
@@ -209,16 +270,22 @@ def _stem(word: str) -> str:
     return word
 
 
-def _numbers(text: str, lower: list[str]) -> Counter[str]:
+def _numbers(text: str) -> Counter[str]:
+    """Every quantity, however written: digits, "two hundred", "twenty-five", "a dozen"."""
     found: Counter[str] = Counter()
-    for match in _NUMBER.findall(_LIST_MARKER.sub(" ", text)):
-        value = float(match.replace(",", ""))
-        found[f"{value:g}"] += 1
-    for word in _SPELLED.findall(text.lower()):
-        value = _SMALL.get(word, _TENS.get(word))
+    # Number words from three up become digits; "hundreds of", "thousands of" are no number.
+    written = alpha2digit(_VAGUE.sub("many", _LIST_MARKER.sub(" ", text)), "en")
+    for match in _NUMBER.findall(written):
+        found[f"{float(match.replace(',', '')):g}"] += 1
+    for word in _SPELLED.findall(written.lower()):
+        value = SMALL.get(word, QUANTITY_WORDS.get(word))
         if value is not None and word != "one":  # "one of", "one can": rarely a quantity
             found[f"{float(value):g}"] += 1
     return found
+
+
+def _negated(text: str) -> bool:
+    return sum(_negator(w) for w in _WORD.findall(_OR_NOT.sub(" ", _INTERJECTION.sub("", text)).lower())) % 2 == 1
 
 
 def _entities(text: str) -> list[str]:
@@ -228,22 +295,21 @@ def _entities(text: str) -> list[str]:
         tokens = _WORD.findall(sentence)
         for position, token in enumerate(tokens):
             inner = any(ch.isupper() for ch in token[1:]) and not token.isupper()
-            if (position > 0 and token[:1].isupper() and token.lower() not in _COMMON) or inner:
+            if (position > 0 and token[:1].isupper() and token.lower() not in COMMON) or inner:
                 names.append(_stem(token.lower()))
     return names
 
 
 def _payload(text: str) -> str | None:
-    """The text a classification or extraction prompt works on, normalised; None for other prompts."""
-    instruction = _QUOTED.sub(" ", text)
-    head, colon, tail = instruction.partition(":")
-    # The task is what the prompt opens with ("Classify…", "Please extract…"), not a word in passing.
-    if not _TASKS.search(" ".join(_WORD.findall(head if colon else instruction)[:4])):
+    """What a prompt works on when it opens with a task ("Classify…", "Please extract…") and gives the
+    text after a colon, or points at it ("Which language is this? fn main() {…}"); None otherwise."""
+    match = _AFTER_HEAD.search(_QUOTED.sub(" ", text))  # quoted text is compared on its own
+    if match is None or not _plain(match.group(3)):
         return None
-    quoted = [next(g for g in m if g) for m in _QUOTED.findall(text)]
-    if quoted:
-        return " | ".join(_plain(q) for q in quoted)
-    return _plain(text.partition(":")[2]) if colon and tail.strip() else None
+    head, mark, tail = match.groups()
+    opening = [w for w in _WORD.findall(head)[:6] if w.lower() not in _POLITE]
+    task = (mark == ":" and opening and _TASKS.match(opening[0])) or _POINTS.search(head)
+    return _plain(tail) if task else None
 
 
 def _plain(text: str) -> str:
@@ -259,6 +325,3 @@ def _script(text: str) -> str:
     return scripts.most_common(1)[0][0] if scripts else ""
 
 
-# Capitalised mid-sentence for grammar's sake, not because they name something.
-_COMMON = frozenset("i i'm i've i'd i'll a an the and or but if is are was what how why who when where which "
-                    "can could would should will do does did please".split())
