@@ -125,6 +125,7 @@ class Cache(_Strict):
     similarity: float = Field(0.85, gt=0, le=1, description="the least cosine similarity of a semantic hit")
     embedding: str = Field("all-MiniLM-L6-v2", description="the local embedding model, or a model directory")
     embedding_runtime: Literal["onnx", "torch"] = Field("onnx", description="what computes the embeddings")
+    max_prompts: int = Field(100_000, ge=1, description="prompts the semantic index keeps; the oldest go first")
     ttl: int = Field(86400, ge=0, description="seconds an answer is kept")
     max_bytes: int = Field(256 * 1024 * 1024, ge=1024, description="answers kept in all; the oldest go first")
     shared: bool = Field(False, description="one cache for every client key (by default each has its own)")

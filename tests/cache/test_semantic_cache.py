@@ -1,10 +1,12 @@
 """The semantic cache through the real gateway, with the real local embedding model: a paraphrase is
 served with its similarity shown, a question that only looks similar goes upstream, the same question in
-another conversation or for another tenant never meets the first, and the index survives a restart."""
+another conversation or for another tenant never meets the first, and the index survives a restart, a
+crash, and is shared by every gateway on one Redis."""
 
 from __future__ import annotations
 
 import itertools
+import time
 
 import httpx
 import openai
@@ -16,11 +18,11 @@ from support.gateway_process import GatewayProcess
 RUN = itertools.count()
 
 
-def settings(upstream_url: str) -> dict:
+def settings(upstream_url: str, **cache: object) -> dict:
     return {"upstreams": {"fake": {"url": upstream_url, "key": UPSTREAM_KEY}},
             "keys": [{"name": "app", "key": CLIENT_KEY}, {"name": "other", "key": OTHER_CLIENT_KEY}],
             "models": {"chat": ["fake/echo"]},
-            "cache": {"backend": "sqlite", "path": "cache.db", "semantic": True, "similarity": 0.85}}
+            "cache": {"backend": "sqlite", "path": "cache.db", "semantic": True, "similarity": 0.85, **cache}}
 
 
 @pytest.fixture(scope="module")
@@ -30,11 +32,12 @@ def gateway(upstream, tmp_path_factory):
 
 
 def ask(gateway: GatewayProcess, question: str, key: str = CLIENT_KEY, system: str | None = None,
-        stream: bool = False) -> tuple[str, str]:
+        stream: bool = False, headers: dict[str, str] | None = None) -> tuple[str, str]:
     """(x-firsttoken-cache, the answer's text)."""
     messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": question}]
     client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=key, max_retries=0)
-    raw = client.chat.completions.with_raw_response.create(model="chat", messages=messages, stream=stream)
+    raw = client.chat.completions.with_raw_response.create(model="chat", messages=messages, stream=stream,
+                                                           extra_headers=headers)
     if stream:
         text = "".join(c.choices[0].delta.content or "" for c in raw.parse() if c.choices)
     else:
@@ -84,3 +87,28 @@ def test_the_index_survives_a_restart(upstream, tmp_path) -> None:
         assert ask(first, "How do I boil an egg?")[0] == "miss"
     with GatewayProcess(settings(upstream.url), tmp_path) as second:
         assert ask(second, "What is the way to boil an egg?")[0].startswith("semantic-hit")
+
+
+def test_the_index_survives_a_crash(upstream, tmp_path) -> None:
+    with GatewayProcess(settings(upstream.url), tmp_path) as first:
+        assert ask(first, "How do I peel a mango?")[0] == "miss"
+        time.sleep(0.6)  # the store's writer keeps what it has within 0.2 s
+        first.process.kill()  # no shutdown: nothing is saved on the way out
+        first.process.wait()
+    with GatewayProcess(settings(upstream.url), tmp_path) as second:
+        assert ask(second, "What is the way to peel a mango?")[0].startswith("semantic-hit")
+
+
+def test_gateways_on_one_redis_share_their_paraphrases(upstream, redis_server, tmp_path) -> None:
+    shared = settings(upstream.url, backend="redis", url=redis_server.url, prefix=f"semantic{next(RUN)}:")
+    for name in ("a", "b", "c"):
+        (tmp_path / name).mkdir()
+    with GatewayProcess(shared, tmp_path / "a") as one, GatewayProcess(shared, tmp_path / "b") as two:
+        assert ask(one, "How do I sharpen a kitchen knife?")[0] == "miss"
+        deadline = time.monotonic() + 10  # two follows the stream: it learns of the prompt within a moment
+        paraphrase, keep_nothing = "What is the way to sharpen a kitchen knife?", {"cache-control": "no-store"}
+        while (state := ask(two, paraphrase, headers=keep_nothing)[0]) == "miss" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert state.startswith("semantic-hit")
+        with GatewayProcess(shared, tmp_path / "c") as three:  # started after: it reads the stream at start
+            assert ask(three, paraphrase)[0].startswith("semantic-hit")

@@ -1,15 +1,18 @@
 """Every store (memory, SQLite, a real Redis): a hit until the TTL, a bound on bytes (the oldest written
 go first), purges and stats by tenant and model; SQLite and Redis keep answers across a restart of the
-gateway's store."""
+gateway's store, with the semantic index's prompts beside them."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
+from dataclasses import astuple
 
+import numpy as np
 import pytest
 
-from firsttoken.cache.entry import Entry
+from firsttoken.cache.entry import Entry, PromptRecord
 from firsttoken.cache.redis_store import RedisStore
 from firsttoken.cache.stores import MemoryStore, SqliteStore
 
@@ -105,3 +108,45 @@ async def test_two_redis_stores_share_one_bound(redis_server) -> None:
     finally:
         await one.close()
         await two.close()
+
+
+def prompt(ref: str, expires_in: float = 60) -> PromptRecord:
+    return PromptRecord(ref, "scope", f"question {ref}", np.full(4, 0.5, dtype=np.float32).tobytes(),
+                        time.time() + expires_in)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+async def test_prompts_are_kept_beside_their_answers_and_go_with_them(kind, tmp_path, redis_server) -> None:
+    if kind == "sqlite":
+        store = SqliteStore(tmp_path / "cache.db", 1000)
+    else:
+        store = RedisStore(redis_server.url, 1000, f"t{next(PREFIXES)}:")
+    store.put("a", entry(tenant="app"), prompt("a"))
+    store.put("b", entry(tenant="other"), prompt("b"))
+    store.put("c", entry(ttl=0.05), prompt("c", expires_in=0.05))
+    await settle(store)
+    time.sleep(0.1)
+    kept = await store.prompts(time.time())
+    kept.sort(key=lambda p: p.ref)  # Redis writes go out as concurrent tasks
+    assert [p.ref for p in kept] == ["a", "b"]
+    assert astuple(kept[0])[:3] == ("a", "scope", "question a")
+    assert np.frombuffer(kept[0].vector, dtype=np.float32).tolist() == [0.5] * 4
+    if kind == "sqlite":  # Redis forgets prompts when a lookup finds their answer gone
+        await store.purge(tenant="other")
+        assert [p.ref for p in await store.prompts(time.time())] == ["a"]
+    await store.close()
+
+
+async def test_a_redis_store_follows_prompts_another_gateway_adds(redis_server) -> None:
+    prefix = f"t{next(PREFIXES)}:"
+    mine, theirs = RedisStore(redis_server.url, 10_000, prefix), RedisStore(redis_server.url, 10_000, prefix)
+    theirs.put("before", entry(), prompt("before"))
+    await theirs.settle()
+    assert [p.ref for p in await mine.prompts(time.time())] == ["before"]
+    following = mine.follow()
+    arrived = asyncio.ensure_future(anext(following))
+    theirs.put("after", entry(), prompt("after"))
+    assert (await asyncio.wait_for(arrived, 5)).ref == "after"  # not "before" again
+    await following.aclose()
+    await mine.close()
+    await theirs.close()

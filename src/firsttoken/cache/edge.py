@@ -11,14 +11,14 @@ upstream did not mark them `no-store` or `private`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from firsttoken.cache.entry import Entry, Kind
+from firsttoken.cache.entry import Entry, Kind, PromptRecord
 from firsttoken.cache.key import exact_key
 from firsttoken.cache.redis_store import RedisStore
 from firsttoken.cache.stores import MemoryStore, SqliteStore, Store
@@ -64,16 +64,29 @@ class EdgeCache:
         self.settings = settings
         self.store = open_store(settings)
         self.semantic: SemanticIndex | None = None  # loaded by start(), when configured and installed
+        self._following: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        """Load the embedding model and the saved index (a fraction of a second; seconds for the first export
-        of the model), off the loop."""
+        """Load the embedding model (a fraction of a second; seconds for its first export) and the prompts the
+        store kept, off the loop; then follow what other gateways add, where the store is shared."""
         if not self.settings.semantic:
             return
         try:
-            self.semantic = await asyncio.to_thread(self._load_semantic)
+            index = await asyncio.to_thread(self._load_semantic)
         except RuntimeError as exc:  # not installed, or not a model: exact caching goes on
             log.warning("semantic caching is off: %s", exc)
+            return
+        await asyncio.to_thread(index.restore, await self.store.prompts(time.time()))
+        self.semantic = index
+        follow = getattr(self.store, "follow", None)
+        if follow is not None:
+            self._following = asyncio.get_running_loop().create_task(self._follow(index, follow()))
+
+    @staticmethod
+    async def _follow(index: SemanticIndex, prompts: AsyncIterator[PromptRecord]) -> None:
+        async for prompt in prompts:
+            if prompt.ref not in index:  # this gateway's own are in already
+                index.restore([prompt])
 
     def _load_semantic(self) -> SemanticIndex:
         try:
@@ -82,14 +95,7 @@ class EdgeCache:
         except ImportError as exc:
             raise RuntimeError(f"pip install 'firsttoken[semantic]' ({exc})") from exc
         embedder = load_embedder(self.settings.embedding, self.settings.embedding_runtime)
-        index = SemanticIndex(embedder, self.settings.similarity)
-        if self._index_path is not None:
-            index.load(self._index_path)
-        return index
-
-    @property
-    def _index_path(self) -> Path | None:
-        return Path(self.settings.path).with_suffix(".semantic") if self.settings.backend == "sqlite" else None
+        return SemanticIndex(embedder, self.settings.similarity, max_prompts=self.settings.max_prompts)
 
     async def lookup(self, headers: Sequence[tuple[bytes, bytes]], tenant: str, model: str, targets: Sequence[str],
                body: dict[str, Any]) -> Lookup | None:
@@ -136,15 +142,21 @@ class EdgeCache:
             if "no-store" in control or "private" in control:
                 return
         now = time.time()
-        self.store.put(lookup.key, Entry(kind, body, lookup.tenant, route, now, now + lookup.ttl))
-        if self.semantic is not None and lookup.prompt is not None:
-            prompt = lookup.prompt
-            self.semantic.add(prompt.scope, prompt.text, lookup.key, prompt.vector)
+        entry = Entry(kind, body, lookup.tenant, route, now, now + lookup.ttl)
+        prompt = lookup.prompt
+        if self.semantic is None or prompt is None:
+            self.store.put(lookup.key, entry)
+            return
+        self.semantic.add(prompt.scope, prompt.text, lookup.key, prompt.vector)
+        self.store.put(lookup.key, entry, PromptRecord(lookup.key, prompt.scope, prompt.text, prompt.vector.tobytes(),
+                                                       entry.expires))
 
     async def close(self) -> None:
+        if self._following is not None:
+            self._following.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._following
         await self.store.close()
-        if self.semantic is not None and self._index_path is not None:
-            await asyncio.to_thread(self.semantic.save, self._index_path)
 
 
 def last_user_text(body: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
@@ -173,7 +185,7 @@ def open_store(settings: Cache) -> Store:
         return MemoryStore(settings.max_bytes)
     if settings.backend == "redis":
         assert settings.url is not None  # the config requires it
-        return RedisStore(settings.url, settings.max_bytes, settings.prefix)
+        return RedisStore(settings.url, settings.max_bytes, settings.prefix, settings.max_prompts)
     return SqliteStore(settings.path, settings.max_bytes)
 
 

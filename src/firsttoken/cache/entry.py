@@ -21,3 +21,15 @@ class Entry:
     @property
     def size(self) -> int:
         return len(self.body)
+
+
+@dataclass(frozen=True, slots=True)
+class PromptRecord:
+    """A prompt the semantic index knows, as the stores keep it: every gateway that shares the store (and
+    this one after a restart) rebuilds its index from these, without embedding anything again."""
+
+    ref: str  # the exact key its answer is stored under
+    scope: str
+    text: str
+    vector: bytes  # float32, unit length
+    expires: float  # unix time: its answer's

@@ -6,18 +6,24 @@ total, and drops the oldest answers until the total fits. The script runs atomic
 writing at once cannot overshoot the bound or lose count. Reads are one HGETALL on the event loop
 (redis.asyncio). Writes go out as tasks the store owns, so the request that caused one never waits for
 it.
+
+The semantic index's prompts go to a stream, `{prefix}prompts`, after their answers (so that a reader
+never meets a prompt whose answer is not there yet), capped at about `max_prompts` entries. Each gateway
+reads the stream at start and then follows it, so a paraphrase of a question that one replica answered
+is a hit on every replica.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 import redis.asyncio as redis
 from redis.exceptions import RedisError
 
-from firsttoken.cache.entry import Entry
+from firsttoken.cache.entry import Entry, PromptRecord
 from firsttoken.cache.stores import matches, rows
 
 log = logging.getLogger("firsttoken.cache")
@@ -59,15 +65,23 @@ return dropped
 """
 
 RETRY_AFTER_S = 5.0
+FOLLOW_BLOCK_MS = 2000
 _FIELDS = ("kind", "body", "tenant", "model", "created", "expires")
+_PROMPT_FIELDS = (b"ref", b"scope", b"text", b"vector", b"expires")
 
 
 class RedisStore:
-    def __init__(self, url: str, max_bytes: int, prefix: str = "firsttoken:cache:") -> None:
+    def __init__(self, url: str, max_bytes: int, prefix: str = "firsttoken:cache:", max_prompts: int = 100_000) -> None:
         self.max_bytes = max_bytes
         self.prefix = prefix
+        self.max_prompts = max_prompts
+        self._stream = f"{prefix}prompts"
+        self._last_id = b"$"  # where follow() starts: after what prompts() read, else from now
         # A cache read must not cost more than the upstream it saves: short timeouts, then a pause.
         self._redis = redis.Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
+        # Following the stream waits on Redis by design: a client of its own, whose reads may block.
+        self._follower = redis.Redis.from_url(url, socket_timeout=FOLLOW_BLOCK_MS / 1000 + 5,
+                                              socket_connect_timeout=0.5)
         self._put = self._redis.register_script(_PUT)
         self._drop = self._redis.register_script(_DROP)
         self._books = [f"{prefix}written", f"{prefix}sizes", f"{prefix}bytes"]
@@ -91,21 +105,59 @@ class RedisStore:
         return Entry(found[0].decode(), found[1], found[2].decode(), found[3].decode(), float(found[4]),
                      float(found[5]))
 
-    def put(self, key: str, entry: Entry) -> None:
+    def put(self, key: str, entry: Entry, prompt: PromptRecord | None = None) -> None:
         if entry.size > self.max_bytes:
             return
-        task = asyncio.get_running_loop().create_task(self._write(key, entry))
+        task = asyncio.get_running_loop().create_task(self._write(key, entry, prompt))
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
 
-    async def _write(self, key: str, entry: Entry) -> None:
+    async def _write(self, key: str, entry: Entry, prompt: PromptRecord | None) -> None:
         ttl_ms = max(int((entry.expires - entry.created) * 1000), 1)
         try:
             await self._put(keys=[self._key(key), *self._books],
                             args=[entry.kind, entry.body, entry.tenant, entry.model, entry.created, entry.expires,
                                   entry.size, ttl_ms, self.max_bytes])
+            if prompt is not None:
+                await self._redis.xadd(self._stream, {"ref": prompt.ref, "scope": prompt.scope, "text": prompt.text,
+                                                      "vector": prompt.vector, "expires": prompt.expires},
+                                       maxlen=self.max_prompts, approximate=True)
         except RedisError as exc:
             log.warning("cache write failed: %s", exc)
+
+    async def prompts(self, now: float) -> list[PromptRecord]:
+        """Every live prompt in the stream, oldest first; `follow()` goes on from the last."""
+        found: list[PromptRecord] = []
+        last = b"0-0"
+        try:
+            while True:
+                page = await self._follower.xrange(self._stream, min=b"(" + last, count=1000)
+                found += [record for _, fields in page if (record := _record(fields)).expires > now]
+                if page:
+                    last = page[-1][0]
+                if len(page) < 1000:
+                    break
+        except RedisError as exc:
+            log.warning("semantic prompts not read from Redis (%s): this gateway's index starts empty", exc)
+            return []
+        self._last_id = last
+        return found
+
+    async def follow(self) -> AsyncIterator[PromptRecord]:
+        """Prompts that any gateway adds from now on, for as long as it is iterated; Redis going away pauses
+        it, it does not end it."""
+        last = self._last_id
+        while True:
+            try:
+                reply = await self._follower.xread({self._stream: last}, count=500, block=FOLLOW_BLOCK_MS)
+            except RedisError as exc:
+                log.warning("following semantic prompts in Redis failed: %s; again in %g s", exc, RETRY_AFTER_S)
+                await asyncio.sleep(RETRY_AFTER_S)
+                continue
+            for _, entries in reply:
+                for entry_id, fields in entries:
+                    last = entry_id
+                    yield _record(fields)
 
     async def _answers(self) -> list[tuple[str, dict[bytes, Any]]]:
         """Every live answer's key and facts (for stats and purges: a scan, not a request's path)."""
@@ -145,3 +197,9 @@ class RedisStore:
     async def close(self) -> None:
         await self.settle()
         await self._redis.aclose()
+        await self._follower.aclose()
+
+
+def _record(fields: dict[bytes, bytes]) -> PromptRecord:
+    ref, scope, text, vector, expires = (fields[name] for name in _PROMPT_FIELDS)
+    return PromptRecord(ref.decode(), scope.decode(), text.decode(), vector, float(expires))

@@ -3,24 +3,23 @@ each with its scope, its text and a reference to its stored answer.
 
 A lookup takes the nearest prompts of the same scope (the scope is everything in the request but the
 last user message: tenant, targets, parameters, system prompt, earlier turns; so the same question in two
-conversations never meets) and serves the most similar one above the threshold that every guard agrees
-with. The candidates it refused, and why, come back too, for the header and the benchmark's report.
+conversations never meets) and serves the nearest when it is above the threshold and every guard agrees
+with it. A refused candidate comes back too, with why, for the benchmark's report.
+
+The index lives in memory; the stores keep each prompt's vector beside its answer, and restore() puts
+them back after a restart, or from another gateway sharing the store.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
-import logging
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from firsttoken.cache.embed import Embedder
+from firsttoken.cache.entry import PromptRecord
 from firsttoken.cache.guards import disagreements
-
-log = logging.getLogger("firsttoken.cache")
 
 DEFAULT_THRESHOLD = 0.85
 DEFAULT_MAX_PROMPTS = 100_000  # 384 float32s each: about 150 MB of vectors with the graph, at most
@@ -56,32 +55,20 @@ class SemanticIndex:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def save(self, path: Path) -> None:
-        """The index and its prompts, to `path` (.usearch) and beside it (.json), to be loaded after a restart."""
-        self._index.save(str(path.with_suffix(".usearch")))
-        entries = {str(k): list(v) for k, v in self._entries.items()}
-        path.with_suffix(".json").write_text(json.dumps({"next": next(self._ids), "entries": entries}))
+    def __contains__(self, ref: str) -> bool:
+        return ref in self._by_ref
 
-    def load(self, path: Path) -> None:
-        """What save() wrote, when it is there; a file that will not load is left behind, and the index starts empty."""
-        from usearch.index import Index
-
-        vectors, facts = path.with_suffix(".usearch"), path.with_suffix(".json")
-        if not (vectors.is_file() and facts.is_file()):
+    def restore(self, prompts: list[PromptRecord]) -> None:
+        """Prompts a store kept (oldest first), added in one batch: no text is embedded again."""
+        fresh = [p for p in prompts[-self.max_prompts:] if p.ref not in self._by_ref]
+        if not fresh:
             return
-        try:
-            saved = json.loads(facts.read_text())
-            index = Index.restore(str(vectors))
-        except (OSError, ValueError, RuntimeError) as exc:
-            log.warning("semantic index at %s not loaded (%s); starting empty", path, exc)
-            return
-        if index is None or index.ndim != self.embedder.dimensions:
-            log.warning("semantic index at %s is for another model; starting empty", path)
-            return
-        self._index = index
-        self._entries = {int(k): (v[0], v[1], v[2]) for k, v in saved["entries"].items()}
-        self._by_ref = {ref: k for k, (_, _, ref) in self._entries.items()}
-        self._ids = itertools.count(int(saved["next"]))
+        keys = np.array([next(self._ids) for _ in fresh], dtype=np.uint64)
+        self._index.add(keys, np.vstack([np.frombuffer(p.vector, dtype=np.float32) for p in fresh]))
+        for key, prompt in zip(keys.tolist(), fresh, strict=True):
+            self._entries[key] = (prompt.scope, prompt.text, prompt.ref)
+            self._by_ref[prompt.ref] = key
+        self._bound()
 
     def vectors(self, texts: list[str]) -> np.ndarray:
         return self.embedder.embed(texts)
@@ -93,6 +80,9 @@ class SemanticIndex:
         self._index.add(key, vector if vector is not None else self.vectors([text])[0])
         self._entries[key] = (scope, text, ref)
         self._by_ref[ref] = key
+        self._bound()
+
+    def _bound(self) -> None:
         while len(self._entries) > self.max_prompts:
             self.remove(self._entries[next(iter(self._entries))][2])  # dicts keep insertion order: the oldest
 

@@ -1,5 +1,6 @@
 """Where cached answers live: in this process's memory, or in a SQLite file that survives restarts
-(redis_store.py: in Redis, shared by several gateways).
+(redis_store.py: in Redis, shared by several gateways). The persistent stores keep the semantic index's
+prompts beside the answers, so that the index is rebuilt after a restart (or a crash) from what is there.
 
 Both evict by TTL (an expired entry is a miss, and is swept) and by size (the least recently written go
 first). The SQLite store reads on the caller's thread (a primary-key lookup in a page-cached file: a few
@@ -19,7 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
-from firsttoken.cache.entry import Entry
+from firsttoken.cache.entry import Entry, PromptRecord
 
 log = logging.getLogger("firsttoken.cache")
 
@@ -31,7 +32,8 @@ class Store(Protocol):
     """Reads are awaited (a shared store is across a network); writes are handed off and return at once."""
 
     async def get(self, key: str, now: float) -> Entry | None: ...
-    def put(self, key: str, entry: Entry) -> None: ...
+    def put(self, key: str, entry: Entry, prompt: PromptRecord | None = None) -> None: ...
+    async def prompts(self, now: float) -> list[PromptRecord]: ...  # the live ones, oldest first
     async def purge(self, tenant: str | None = None, model: str | None = None) -> int: ...
     async def stats(self) -> list[dict[str, Any]]: ...
     async def close(self) -> None: ...
@@ -50,7 +52,7 @@ class MemoryStore:
             return None
         return entry
 
-    def put(self, key: str, entry: Entry) -> None:
+    def put(self, key: str, entry: Entry, prompt: PromptRecord | None = None) -> None:
         if entry.size > self.max_bytes:
             return
         self._drop(key)
@@ -63,6 +65,9 @@ class MemoryStore:
         entry = self._entries.pop(key, None)
         if entry is not None:
             self._bytes -= entry.size
+
+    async def prompts(self, now: float) -> list[PromptRecord]:
+        return []  # this process's index is all there is
 
     async def purge(self, tenant: str | None = None, model: str | None = None) -> int:
         doomed = [k for k, e in self._entries.items() if matches(e.tenant, e.model, tenant, model)]
@@ -89,6 +94,9 @@ CREATE TABLE IF NOT EXISTS answers (
     created REAL NOT NULL, expires REAL NOT NULL, size INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS answers_expires ON answers (expires);
+CREATE TABLE IF NOT EXISTS prompts (
+    ref TEXT PRIMARY KEY, scope TEXT NOT NULL, text TEXT NOT NULL, vector BLOB NOT NULL, expires REAL NOT NULL
+);
 """
 
 
@@ -101,7 +109,7 @@ class SqliteStore:
         # lookup on the event loop never waits for a batch being written.
         self._reader = _connect(self.path)
         # Written, not yet in the file: answered from here meanwhile (a question asked twice in a row).
-        self._pending: dict[str, Entry] = {}
+        self._pending: dict[str, tuple[Entry, PromptRecord | None]] = {}
         self._lock = threading.Lock()  # the writer's connection: the writer thread, and purges from elsewhere
         self._pending_lock = threading.Lock()
         self._stop = threading.Event()
@@ -111,17 +119,27 @@ class SqliteStore:
     async def get(self, key: str, now: float) -> Entry | None:
         pending = self._pending.get(key)
         if pending is not None:
-            return pending if pending.expires > now else None
+            return pending[0] if pending[0].expires > now else None
         row = self._reader.execute("SELECT kind, body, tenant, model, created, expires FROM answers WHERE key = ?",
                                    (key,)).fetchone()
         if row is None or row[5] <= now:
             return None
         return Entry(row[0], bytes(row[1]), row[2], row[3], row[4], row[5])
 
-    def put(self, key: str, entry: Entry) -> None:
+    def put(self, key: str, entry: Entry, prompt: PromptRecord | None = None) -> None:
         if entry.size <= self.max_bytes and len(self._pending) < MAX_PENDING:  # a bound if the disk stalls
             with self._pending_lock:
-                self._pending[key] = entry
+                self._pending[key] = (entry, prompt)
+
+    async def prompts(self, now: float) -> list[PromptRecord]:
+        return await asyncio.to_thread(self._prompts, now)
+
+    def _prompts(self, now: float) -> list[PromptRecord]:
+        self.flush()
+        with self._lock:
+            rows = self._db.execute("SELECT ref, scope, text, vector, expires FROM prompts WHERE expires > ? "
+                                    "ORDER BY rowid", (now,)).fetchall()
+        return [PromptRecord(ref, scope, text, bytes(vector), expires) for ref, scope, text, vector, expires in rows]
 
     def _run(self) -> None:
         while not self._stop.wait(FLUSH_INTERVAL_S):
@@ -136,19 +154,24 @@ class SqliteStore:
             with self._lock, self._db:
                 self._db.executemany("INSERT OR REPLACE INTO answers VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                                      [(k, e.kind, e.body, e.tenant, e.model, e.created, e.expires, e.size)
-                                      for k, e in batch])
-                self._db.execute("DELETE FROM answers WHERE expires <= ?", (time.time(),))
+                                      for k, (e, _) in batch])
+                self._db.executemany("INSERT OR REPLACE INTO prompts VALUES (?, ?, ?, ?, ?)",
+                                     [(p.ref, p.scope, p.text, p.vector, p.expires) for _, (_, p) in batch if p])
+                now = time.time()
+                self._db.execute("DELETE FROM answers WHERE expires <= ?", (now,))
+                self._db.execute("DELETE FROM prompts WHERE expires <= ?", (now,))  # with their answers
                 total = self._db.execute("SELECT coalesce(sum(size), 0) FROM answers").fetchone()[0]
                 if total > self.max_bytes:  # the oldest written go first, until it fits
                     self._db.execute(
                         "DELETE FROM answers WHERE rowid <= (SELECT rowid FROM (SELECT rowid, sum(size) OVER "
                         "(ORDER BY rowid DESC) AS kept FROM answers) WHERE kept > ? ORDER BY rowid DESC LIMIT 1)",
                         (self.max_bytes,))
+                    _forget_orphans(self._db)
         except sqlite3.Error:  # a full disk: the cache misses more, nothing else changes
             log.exception("could not write %d answers to %s", len(batch), self.path)
         with self._pending_lock:
-            for key, entry in batch:  # written (or given up): read from the file from now on
-                if self._pending.get(key) is entry:  # not replaced by a newer answer meanwhile
+            for key, pending in batch:  # written (or given up): read from the file from now on
+                if self._pending.get(key) is pending:  # not replaced by a newer answer meanwhile
                     del self._pending[key]
 
     async def purge(self, tenant: str | None = None, model: str | None = None) -> int:
@@ -158,7 +181,9 @@ class SqliteStore:
         self.flush()
         query, args = _filter(tenant, model)
         with self._lock, self._db:
-            return self._db.execute(f"DELETE FROM answers{query}", args).rowcount
+            dropped = self._db.execute(f"DELETE FROM answers{query}", args).rowcount
+            _forget_orphans(self._db)
+            return dropped
 
     async def stats(self) -> list[dict[str, Any]]:
         return await asyncio.to_thread(self._stats)
@@ -178,6 +203,11 @@ class SqliteStore:
         self.flush()
         self._db.close()
         self._reader.close()
+
+
+def _forget_orphans(db: sqlite3.Connection) -> None:
+    """Prompts whose answers are gone (expired, evicted, purged)."""
+    db.execute("DELETE FROM prompts WHERE ref NOT IN (SELECT key FROM answers)")
 
 
 def _connect(path: Path) -> sqlite3.Connection:
