@@ -67,8 +67,9 @@ def test_a_full_batch_queues_and_a_full_queue_is_refused() -> None:
             assert refused.value.status_code == 503 and "overloaded" in refused.value.message
             assert refused.value.response.headers["retry-after"] == "1"
             assert running.result()["queue"] < 2
-            # it waited for the first request's 40 steps, less the 0.1 s it arrived after it
-            assert waiting.result()["queue"] > 150
+            # It waited for the first request's 40 steps (about 250 ms), less the time it arrived after it:
+            # 0.1 s, or more when a busy machine was slow to send the first.
+            assert waiting.result()["queue"] > 50
 
 
 def test_replicas_share_the_load() -> None:
