@@ -34,6 +34,8 @@ NEAR_MISSES = [
     ("What's the speed limit for trucks on German highways?", "What's the speed limit for cars on German highways?",
      "one detail"),
     ("Which programming language is this? fn main() {}", "Which programming language is this? func main() {}", "text"),
+    ("How do I cook beans?", "How do I cook dried black beans in a pressure cooker without soaking them first, "
+     "for a stew with smoked turkey?", "much more"),
 ]
 
 # Written for this project as an adversarial set: 120 prompts one or two words away from a different
