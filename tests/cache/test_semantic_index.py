@@ -69,3 +69,20 @@ def test_the_index_is_bounded_and_the_oldest_go_first() -> None:
     assert len(made) == 2
     assert made.find("scope", "What is the way to cook beans?").match is None  # the oldest went
     assert made.find("scope", "Tell me a joke.").match is not None
+
+
+def test_restored_prompts_are_found_and_vectors_of_another_size_left_out() -> None:
+    from firsttoken.cache.entry import PromptRecord
+
+    embedder = Chosen(TEXTS)
+    restored = SemanticIndex(embedder, threshold=0.85, max_prompts=2)
+
+    def kept(ref: str, text: str) -> PromptRecord:  # as a store keeps it: float32 bytes
+        return PromptRecord(ref, "scope", text, embedder.embed([text])[0].astype(np.float32).tobytes(), 0.0)
+
+    restored.restore([kept("old", "Tell me a joke."), kept("beans", "How do I cook beans?"),
+                      PromptRecord("other-model", "scope", "How do I cook beans?", b"\0" * 8, 0.0),
+                      kept("museum", "Is the museum open on Mondays?")])
+    assert "other-model" not in restored and "old" not in restored and len(restored) == 2  # the newest two
+    found = restored.find("scope", "What is the way to cook beans?").match
+    assert found is not None and found.ref == "beans"

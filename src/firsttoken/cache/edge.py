@@ -120,7 +120,9 @@ class EdgeCache:
             return
         text, context = split
         vector = (await asyncio.to_thread(self.semantic.vectors, [text]))[0]  # torch lets go of the GIL
-        lookup.prompt = Prompt(exact_key(lookup.tenant, targets, context), text, vector)
+        # The embedding model is part of the scope: vectors of two models never meet, in a store they share.
+        scope = f"{self.settings.embedding}:{exact_key(lookup.tenant, targets, context)}"
+        lookup.prompt = Prompt(scope, text, vector)
         if not lookup.read:
             return
         found = self.semantic.find(lookup.prompt.scope, text, vector).match
@@ -148,8 +150,8 @@ class EdgeCache:
             self.store.put(lookup.key, entry)
             return
         self.semantic.add(prompt.scope, prompt.text, lookup.key, prompt.vector)
-        self.store.put(lookup.key, entry, PromptRecord(lookup.key, prompt.scope, prompt.text, prompt.vector.tobytes(),
-                                                       entry.expires))
+        vector = prompt.vector.tobytes()  # float32: SemanticIndex.vectors() makes sure
+        self.store.put(lookup.key, entry, PromptRecord(lookup.key, prompt.scope, prompt.text, vector, entry.expires))
 
     async def close(self) -> None:
         if self._following is not None:

@@ -66,7 +66,8 @@ _FORMAT_NAMES = "|".join(sorted((f for f in FORMATS if f not in ("c", "go", "wor
 # haiku"), not when it is the topic ("a library for working with datasets in Python").
 _ASKED_FORMAT = re.compile(
     r"\b(?:return|output|format|formatted|respond|reply|answer|give|print|show|list|present|express|put|"
-    r"convert|rewrite|summari[sz]e|explain|describe|tell|compare|create|make|draft|draw|write|send)\b[^.?!\n]{0,40}?\b(?:as|in|into)\s+(?:a\s+|an\s+)?"
+    r"convert|rewrite|summari[sz]e|explain|describe|tell|compare|create|make|draft|draw|write|send)\b"
+    r"[^.?!\n]{0,40}?\b(?:as|in|into)\s+(?:a\s+|an\s+)?"
     r"(?:valid\s+|plain\s+|simple\s+|short\s+|single\s+|brief\s+|bulleted\s+|numbered\s+)?(" + _FORMAT_NAMES
     + r")\b|\b(?:write|compose|draft|give\s+me|generate|produce)\s+(?:me\s+)?(?:a|an|one|two|three|\d+)?\s*"
     r"(?:short\s+|brief\s+|funny\s+|simple\s+)?(" + _FORMAT_NAMES + r")\b"
@@ -78,7 +79,8 @@ _AFTER_HEAD = re.compile(r"^([^:?\n]*)([:?])\s*(.*)$", re.DOTALL)  # the instruc
 _POINTS = re.compile(r"\b(?:this|these|following|below)\s*$", re.IGNORECASE)  # "…is this?", "…the following:"
 _POLITE = frozenset("please kindly can could would will you help me i want need to now pls just".split())
 # Quoted text: a single quote only where no letter touches it from outside (not "don't … doesn't").
-_QUOTED = re.compile(r"```(.*?)```|\"([^\"]{2,})\"|“([^”]{2,})”|(?<!\w)'([^']{2,}?)'(?!\w)|«([^»]{2,})»", re.DOTALL)
+_QUOTED = re.compile(r"```(.*?)```|\"([^\"]{2,})\"|“([^”]{2,})”|(?<!\w)'([^']{2,}?)'(?!\w)|«([^»]{2,})»",
+                     re.DOTALL)
 # Letters and digits side by side in one token: AB1234, 0x80070005, GPT-4o; not 200-word or 10-year-old.
 _CODE_LIKE = re.compile(r"(?<![\w-])(?=[\w-]{4,})[\w-]*(?:[A-Za-z]\d|\d[A-Za-z])[\w-]*|[\w.+-]+@[\w-]+\.[\w.]+|"
                         r"https?://\S+")

@@ -82,7 +82,7 @@ FUNCTION = frozenset(
     "which who whom whose when where why how whether if then than so as at by for from in into of on onto "
     "to with about over under up out off again further once can could would should will shall may might "
     "must need please kindly just also too very really quite some any all each every both either more most "
-    "such only own same other another and or but nor because while until also tell show give me let get "
+    "such only own same other another and or but nor because while until tell show give let get "
     "i'm i've i'd i'll you're what's how's there's way ways".split())
 # The items of a list or a comparison, where their order changes nothing ("tea or coffee").
 SYMMETRIC = frozenset("and or vs versus".split())

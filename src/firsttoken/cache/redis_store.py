@@ -132,7 +132,7 @@ class RedisStore:
         try:
             while True:
                 page = await self._follower.xrange(self._stream, min=b"(" + last, count=1000)
-                found += [record for _, fields in page if (record := _record(fields)).expires > now]
+                found += [record for _, fields in page if (record := _record(fields)) and record.expires > now]
                 if page:
                     last = page[-1][0]
                 if len(page) < 1000:
@@ -157,7 +157,8 @@ class RedisStore:
             for _, entries in reply:
                 for entry_id, fields in entries:
                     last = entry_id
-                    yield _record(fields)
+                    if record := _record(fields):
+                        yield record
 
     async def _answers(self) -> list[tuple[str, dict[bytes, Any]]]:
         """Every live answer's key and facts (for stats and purges: a scan, not a request's path)."""
@@ -200,6 +201,11 @@ class RedisStore:
         await self._follower.aclose()
 
 
-def _record(fields: dict[bytes, bytes]) -> PromptRecord:
-    ref, scope, text, vector, expires = (fields[name] for name in _PROMPT_FIELDS)
-    return PromptRecord(ref.decode(), scope.decode(), text.decode(), vector, float(expires))
+def _record(fields: dict[bytes, bytes]) -> PromptRecord | None:
+    """A stream entry as a prompt; None for one that is not (written by something else under the prefix)."""
+    try:
+        ref, scope, text, vector, expires = (fields[name] for name in _PROMPT_FIELDS)
+        return PromptRecord(ref.decode(), scope.decode(), text.decode(), vector, float(expires))
+    except (KeyError, ValueError) as exc:
+        log.warning("a semantic prompt in Redis could not be read (%s); skipped", exc)
+        return None

@@ -59,8 +59,10 @@ class SemanticIndex:
         return ref in self._by_ref
 
     def restore(self, prompts: list[PromptRecord]) -> None:
-        """Prompts a store kept (oldest first), added in one batch: no text is embedded again."""
-        fresh = [p for p in prompts[-self.max_prompts:] if p.ref not in self._by_ref]
+        """Prompts a store kept (oldest first), added in one batch: no text is embedded again. Vectors of
+        another size (another embedding model wrote them) are left out."""
+        size = self.embedder.dimensions * 4
+        fresh = [p for p in prompts if p.ref not in self._by_ref and len(p.vector) == size][-self.max_prompts:]
         if not fresh:
             return
         keys = np.array([next(self._ids) for _ in fresh], dtype=np.uint64)
@@ -71,7 +73,8 @@ class SemanticIndex:
         self._bound()
 
     def vectors(self, texts: list[str]) -> np.ndarray:
-        return self.embedder.embed(texts)
+        """float32, as the stores keep them."""
+        return np.asarray(self.embedder.embed(texts), dtype=np.float32)
 
     def add(self, scope: str, text: str, ref: str, vector: np.ndarray | None = None) -> None:
         """Keep `text` (its answer stored under `ref`), replacing what `ref` had."""
