@@ -148,6 +148,29 @@ class Cache(_Strict):
         return value
 
 
+class Breaker(_Strict):
+    failures: int = Field(5, ge=1, description="failures in a row that open a target's circuit")
+    open_s: float = Field(10.0, gt=0, description="seconds an open circuit waits before one probe")
+    max_open_s: float = Field(120.0, gt=0, description="the longest wait, doubled after each failed probe")
+
+
+class Routing(_Strict):
+    strategy: Literal["fastest", "ordered"] = Field(
+        "fastest", description="fastest: by expected time to first token; ordered: as the alias lists them")
+    ordered: list[str] = Field(default_factory=list, description="aliases whose targets keep their written order")
+    weights: dict[str, float] = Field(default_factory=dict, description="upstream/model → weight in the draw")
+    retry_budget: float = Field(0.2, ge=0, le=10, description="retries allowed per client request, on average")
+    breaker: Breaker = Field(default_factory=Breaker)
+
+    @field_validator("weights")
+    @classmethod
+    def _weights(cls, value: dict[str, float]) -> dict[str, float]:
+        for target, weight in value.items():
+            if weight <= 0:
+                raise ValueError(f"{target}: a weight is more than 0 (leave a target out of the alias instead)")
+        return value
+
+
 class Limits(_Strict):
     max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024)
 
@@ -189,6 +212,7 @@ class Settings(_Strict):
     models: dict[str, list[str]] = Field(default_factory=dict)
     keys: list[ClientKey] = Field(default_factory=list)
     cache: Cache | None = None
+    routing: Routing = Field(default_factory=Routing)
     limits: Limits = Field(default_factory=Limits)
     streaming: Streaming = Field(default_factory=Streaming)
     journeys: Journeys = Field(default_factory=Journeys)

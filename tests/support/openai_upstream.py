@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -33,6 +34,7 @@ class Stats:
     def __init__(self) -> None:
         self.connections: set[object] = set()
         self.requests = 0
+        self.by_model: Counter[str] = Counter()  # chat requests per model named
         self.aborted_streams = 0
         self.bad_auth = 0
         self.last_body: dict[str, Any] | None = None
@@ -93,6 +95,7 @@ def build_app(stats: Stats) -> web.Application:
         stats.last_path = request.path_qs
         # Azure names the model in the URL (the deployment), not in the body
         model = request.match_info.get("deployment") or body["model"]
+        stats.by_model[model] += 1
         if model.startswith("error-"):
             status = int(model.split("-")[1])
             headers = {"Retry-After": "7", "x-ratelimit-remaining-requests": "0"} if status == 429 else {}

@@ -28,6 +28,7 @@ from firsttoken.journey.recent import RecentJourneys
 from firsttoken.journey.sink import JourneySink
 from firsttoken.journey.tcp_info import RttReader, client_transport
 from firsttoken.journey.timeline import Timeline
+from firsttoken.routing.router import Router
 from firsttoken.routing.targets import Target, TargetResolver
 from firsttoken.server import validate
 from firsttoken.server.auth import ClientKeys
@@ -89,6 +90,7 @@ class Gateway:
         self._id_prefix = os.urandom(6).hex().encode()
         self._ids = itertools.count(1)
         self.resolver = TargetResolver(settings, self.upstreams.listed_models)
+        self.router = Router(settings.routing, lambda upstream: self.upstreams[upstream].floor_ms)
         self.keys = ClientKeys(settings.keys)
         self.max_body = settings.limits.max_body_bytes
         self.heartbeat_s = settings.streaming.heartbeat_s
@@ -197,20 +199,21 @@ class Gateway:
         timeline.model, timeline.stream = model, stream
         targets = self.resolver.resolve(model)
         wants_usage = client_wants_usage(body)
+        ordered = self.router.order(model, targets, stream)
 
         def build(link: UpstreamLink, target: Target) -> Any:
             return link.adapter.chat(body, target.model, stream)
 
         async def forward(keep: Keep | None = None, capture: Flight | None = None) -> None:
             if stream:
-                forwarder = StreamForwarder(self.upstreams, self.alarms, targets, build, send, base, timeline,
-                                            client_wants_usage=wants_usage, heartbeat_s=self.heartbeat_s,
+                forwarder = StreamForwarder(self.upstreams, self.alarms, self.router, ordered, build, send, base,
+                                            timeline, client_wants_usage=wants_usage, heartbeat_s=self.heartbeat_s,
                                             client_stall_s=self.client_stall_s, keep=keep, capture=capture)
                 await until_disconnect(receive, forwarder.run(), self.alarms)
             else:
                 await until_disconnect(receive, forward_complete(
-                    self.upstreams, self.alarms, targets, build, lambda link, data: link.adapter.chat_response(data),
-                    send, base, timeline, keep), self.alarms)
+                    self.upstreams, self.alarms, self.router, ordered, build,
+                    lambda link, data: link.adapter.chat_response(data), send, base, timeline, keep), self.alarms)
 
         lookup = None
         if self.cache is not None:
@@ -255,9 +258,10 @@ class Gateway:
         timeline.operation = "embeddings"
         body = validate.parse_json_object(await read_body(scope, receive, self.max_body))
         timeline.model = validate.embeddings_request(body)
-        targets = self.resolver.resolve(timeline.model)
+        targets = self.router.order(timeline.model, self.resolver.resolve(timeline.model), False)
         await until_disconnect(receive, forward_complete(
-            self.upstreams, self.alarms, targets, lambda link, target: link.adapter.embeddings(body, target.model),
+            self.upstreams, self.alarms, self.router, targets,
+            lambda link, target: link.adapter.embeddings(body, target.model),
             lambda link, data: data, send, base, timeline), self.alarms)
 
     async def models(self, scope: Scope, receive: Receive, send: Send, base: Headers, timeline: Timeline) -> None:

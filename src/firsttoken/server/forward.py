@@ -1,7 +1,9 @@
 """Forwarding a request to its targets: the non-streaming answer, and the stream with its relay.
 
-Targets are tried in preference order while nothing has reached the client yet: a connection
-failure, a timeout, 429 or a 5xx moves on to the next target; any other 4xx is the client's to see.
+Targets are tried in the router's order while nothing has reached the client yet: a connection
+failure, a timeout, 429 or a 5xx moves on to the next target, while the retry budget lasts; any
+other 4xx is the client's to see. Each attempt's outcome goes back to the router: its time to first
+token, or the failure that counts against the target's health, or the 429 that cools it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from firsttoken.errors import GatewayError, bad_gateway, gateway_timeout
 from firsttoken.journey.tcp_info import RttReader
 from firsttoken.journey.timeline import Timeline
 from firsttoken.relay import Capture, Relay
+from firsttoken.routing.router import Router
 from firsttoken.routing.targets import Target
 from firsttoken.server.http import (
     SSE_HEADERS,
@@ -139,57 +142,87 @@ def _refusal(link: UpstreamLink, response: aiohttp.ClientResponse, data: bytes) 
     return error
 
 
-async def forward_complete(upstreams: Upstreams, alarms: Alarms, targets: list[Target], build: BuildRequest,
-                           translate: Callable[[UpstreamLink, bytes], bytes], send: Send,
+def _judge(router: Router, target: Target, stream: bool, timeline: Timeline, failure: GatewayError | None,
+           broken: bool = False) -> None:
+    """What one attempt tells the router about its target."""
+    if failure is None and not broken:
+        first = (timeline.first_token or timeline.first_byte) if stream else timeline.first_byte
+        router.succeeded(target, stream, (first - timeline.sent) * 1000.0 if first and timeline.sent else None)
+    elif failure is not None and failure.status == 429:
+        router.rate_limited(target, failure.headers.get("retry-after"))
+    elif broken or (failure is not None and failure.status in RETRYABLE_STATUS):
+        router.failed(target)
+    else:
+        router.settled(target)
+
+
+async def forward_complete(upstreams: Upstreams, alarms: Alarms, router: Router, targets: list[Target],
+                           build: BuildRequest, translate: Callable[[UpstreamLink, bytes], bytes], send: Send,
                            base_headers: Headers, timeline: Timeline, keep: Keep | None = None) -> None:
     """A non-streaming request: the first target that answers well is the answer."""
     failure: GatewayError | None = None
-    for target in targets:
-        attempt = await _attempt(upstreams, alarms, target, build, timeline)
-        link, response = attempt.link, attempt.response
-        if response is None:
-            failure = attempt.failure
-            continue
-        try:
-            with alarms.deadline(alarms.now() + link.settings.timeouts.idle):
-                data = await response.read()
-        except TimeoutError:
-            failure = _timeout(link, "idle")
-            continue
-        except CONNECTION_ERRORS as exc:
-            failure = _connection_error(link, exc)
-            continue
-        finally:
-            response.release()
-        if response.status >= 300:
-            failure = _refusal(link, response, data)
-            if failure.status in RETRYABLE_STATUS:
-                continue
+    for index, target in enumerate(targets):
+        if index and not router.may_retry():
             break
-        headers = response_headers(base_headers, timeline) + passthrough_headers(response)
-        answer = translate(link, data)
-        timeline.output_tokens = usage_count(answer, _COMPLETION_TOKENS)
-        timeline.input_tokens = usage_count(answer, _PROMPT_TOKENS)
-        timeline.status = response.status
-        await send_bytes(send, response.status, answer, headers)
-        timeline.last_byte = perf_counter()
-        if keep is not None and response.status == 200:
-            keep("json", answer, response.headers)
-        return
+        router.started(target)
+        try:
+            failure = await _complete(upstreams, alarms, target, build, translate, send, base_headers, timeline, keep)
+        except BaseException:
+            router.settled(target)
+            raise
+        _judge(router, target, False, timeline, failure)
+        if failure is None:
+            return
+        if failure.status not in RETRYABLE_STATUS:
+            break
     assert failure is not None
     log.warning("request failed after %d attempt(s): %s", timeline.attempts, failure.message)
     timeline.status = failure.status
     await send_error(send, failure, response_headers(base_headers, timeline))
 
 
+async def _complete(upstreams: Upstreams, alarms: Alarms, target: Target, build: BuildRequest,
+                    translate: Callable[[UpstreamLink, bytes], bytes], send: Send, base_headers: Headers,
+                    timeline: Timeline, keep: Keep | None) -> GatewayError | None:
+    """One target's whole answer, sent to the client when it is a good one; else why not."""
+    attempt = await _attempt(upstreams, alarms, target, build, timeline)
+    link, response = attempt.link, attempt.response
+    if response is None:
+        return attempt.failure
+    try:
+        with alarms.deadline(alarms.now() + link.settings.timeouts.idle):
+            data = await response.read()
+    except TimeoutError:
+        return _timeout(link, "idle")
+    except CONNECTION_ERRORS as exc:
+        return _connection_error(link, exc)
+    finally:
+        response.release()
+    if response.status >= 300:
+        return _refusal(link, response, data)
+    headers = response_headers(base_headers, timeline) + passthrough_headers(response)
+    answer = translate(link, data)
+    timeline.output_tokens = usage_count(answer, _COMPLETION_TOKENS)
+    timeline.input_tokens = usage_count(answer, _PROMPT_TOKENS)
+    timeline.status = response.status
+    await send_bytes(send, response.status, answer, headers)
+    timeline.last_byte = perf_counter()
+    if keep is not None and response.status == 200:
+        keep("json", answer, response.headers)
+    return None
+
+
 class StreamForwarder:
     """A streaming request: SSE headers go out as soon as the first target answers (or the first
     heartbeat is due), then the relay moves its events."""
 
-    def __init__(self, upstreams: Upstreams, alarms: Alarms, targets: list[Target], build: BuildRequest, send: Send,
-                 base_headers: Headers, timeline: Timeline, *, client_wants_usage: bool, heartbeat_s: float,
-                 client_stall_s: float, keep: Keep | None = None, capture: Capture | None = None) -> None:
+    def __init__(self, upstreams: Upstreams, alarms: Alarms, router: Router, targets: list[Target],
+                 build: BuildRequest, send: Send, base_headers: Headers, timeline: Timeline, *,
+                 client_wants_usage: bool, heartbeat_s: float, client_stall_s: float, keep: Keep | None = None,
+                 capture: Capture | None = None) -> None:
         self.upstreams = upstreams
+        self.router = router
+        self.broken = False  # the last relay ended without [DONE]: a failure of its target
         self.keep = keep
         self.capture = capture
         self.alarms = alarms
@@ -229,24 +262,35 @@ class StreamForwarder:
 
     async def _try_targets(self) -> GatewayError | None:
         failure: GatewayError | None = None
-        for target in self.targets:
-            attempt = await _attempt(self.upstreams, self.alarms, target, self.build, self.timeline)
-            link, response = attempt.link, attempt.response
-            if response is None:
-                failure = attempt.failure
-                continue
+        for index, target in enumerate(self.targets):
+            if index and not self.router.may_retry():
+                break
+            self.router.started(target)
             try:
-                failure = await self._answer(link, response, attempt.deadline)
-            except TimeoutError:  # reading a refusal's body (a stream's own failures end in the relay)
-                failure = _timeout(link, "idle")
-            except CONNECTION_ERRORS as exc:
-                failure = _connection_error(link, exc)
-            finally:
-                if not link.pool.releasing(response):
-                    response.close()  # aborts a stream cut short, so the upstream stops generating
+                failure = await self._stream(target)
+            except BaseException:
+                self.router.settled(target)
+                raise
+            _judge(self.router, target, True, self.timeline, failure, self.broken)
             if failure is None or failure.status not in RETRYABLE_STATUS:
                 return failure
         return failure
+
+    async def _stream(self, target: Target) -> GatewayError | None:
+        """One target's stream relayed to the client; else why not."""
+        attempt = await _attempt(self.upstreams, self.alarms, target, self.build, self.timeline)
+        link, response = attempt.link, attempt.response
+        if response is None:
+            return attempt.failure
+        try:
+            return await self._answer(link, response, attempt.deadline)
+        except TimeoutError:  # reading a refusal's body (a stream's own failures end in the relay)
+            return _timeout(link, "idle")
+        except CONNECTION_ERRORS as exc:
+            return _connection_error(link, exc)
+        finally:
+            if not link.pool.releasing(response):
+                response.close()  # aborts a stream cut short, so the upstream stops generating
 
     async def _answer(self, link: UpstreamLink, response: aiohttp.ClientResponse,
                       deadline: float) -> GatewayError | None:
@@ -274,6 +318,7 @@ class StreamForwarder:
                       first_token_deadline=deadline, idle_s=link.settings.timeouts.idle, upstream=link.name,
                       capture=self.capture)
         result = await relay.run()
+        self.broken = not result.clean
         usage = result.usage or {}
         output, prompt = usage.get("completion_tokens"), usage.get("prompt_tokens")
         self.timeline.output_tokens = output if isinstance(output, int) else None

@@ -1,0 +1,116 @@
+"""The order in which a request's targets are tried: the one expected to give the first token soonest
+first, among the healthy ones.
+
+For an alias with several targets, two candidates are drawn at random (by their configured weights)
+and the one with the lower cost goes first: its expected time to first token times one more than the
+requests it is already serving ("power of two choices": a target that is near but busy loses to one
+that is a little farther and idle, and no single fastest target takes every burst). The rest follow by
+cost. Targets that are open-circuited or cooling after a 429 go last, for when nothing else answers.
+An alias listed in `routing.ordered` keeps the order it was written in.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from firsttoken.config import Routing
+from firsttoken.routing.budget import Budget
+from firsttoken.routing.estimate import TtftEstimate
+from firsttoken.routing.health import Health
+from firsttoken.routing.targets import Target
+
+
+@dataclass(slots=True)
+class TargetState:
+    health: Health
+    streams: TtftEstimate  # first token of a stream
+    answers: TtftEstimate  # first byte of a whole answer (all of it, generated)
+    in_flight: int = 0
+    weight: float = 1.0
+
+    def estimate(self, stream: bool) -> TtftEstimate:
+        return self.streams if stream else self.answers
+
+
+class Router:
+    def __init__(self, settings: Routing, floor_ms: Callable[[str], float | None],
+                 clock: Callable[[], float] = time.monotonic, rng: random.Random | None = None) -> None:
+        self.settings = settings
+        self._floor_ms = floor_ms
+        self._clock = clock
+        self._random = rng or random.Random()
+        self._states: dict[str, TargetState] = {}
+        self.retries = Budget(settings.retry_budget)
+
+    def state(self, target: Target) -> TargetState:
+        found = self._states.get(target.label)
+        if found is None:
+            breaker = self.settings.breaker
+            floor = self._floor_ms(target.upstream)
+            found = self._states[target.label] = TargetState(
+                Health(breaker.failures, breaker.open_s, breaker.max_open_s), TtftEstimate(floor),
+                TtftEstimate(floor), weight=self.settings.weights.get(target.label, 1.0))
+        return found
+
+    def order(self, alias: str, targets: list[Target], stream: bool) -> list[Target]:
+        """The targets in the order to try them for one request (which also earns the retry budget)."""
+        self.retries.earn()
+        if len(targets) < 2:
+            return targets
+        now = self._clock()
+        ready = [t for t in targets if self.state(t).health.available(now)]
+        resting = [t for t in targets if t not in ready]
+        if alias in self.settings.ordered or self.settings.strategy == "ordered":
+            return ready + resting
+
+        def cost(target: Target) -> float:
+            state = self.state(target)
+            return state.estimate(stream).value(now) * (1 + state.in_flight)
+
+        ranked = sorted(ready, key=cost)
+        if len(ranked) > 2:
+            first, second = self._draw_two(ranked)
+            ranked = [first, second] if cost(first) <= cost(second) else [second, first]
+            ranked += sorted((t for t in ready if t not in ranked), key=cost)
+        return ranked + resting
+
+    def _draw_two(self, targets: list[Target]) -> tuple[Target, Target]:
+        weights = [self.state(t).weight for t in targets]
+        first = self._random.choices(range(len(targets)), weights)[0]
+        rest = [i for i in range(len(targets)) if i != first]
+        second = self._random.choices(rest, [weights[i] for i in rest])[0]
+        return targets[first], targets[second]
+
+    def may_retry(self) -> bool:
+        return self.retries.spend()
+
+    # --- what happened -------------------------------------------------------------------------
+
+    def started(self, target: Target) -> None:
+        state = self.state(target)
+        state.in_flight += 1
+        state.health.started()
+
+    def succeeded(self, target: Target, stream: bool, first_ms: float | None) -> None:
+        state = self._finish(target)
+        state.health.succeeded()
+        if first_ms is not None:
+            state.estimate(stream).observe(first_ms, self._clock())
+
+    def failed(self, target: Target) -> None:
+        self._finish(target).health.failed(self._clock())
+
+    def rate_limited(self, target: Target, retry_after: str | None) -> None:
+        self._finish(target).health.rate_limited(self._clock(), retry_after)
+
+    def settled(self, target: Target) -> None:
+        """Ended with neither verdict: a refusal that was the client's to see (a 400, a 401)."""
+        self._finish(target).health.settled()
+
+    def _finish(self, target: Target) -> TargetState:
+        state = self.state(target)
+        state.in_flight = max(0, state.in_flight - 1)
+        return state

@@ -1,0 +1,118 @@
+"""The router's pieces with a clock the test moves: the breaker's states, a 429's cool-down, the estimate
+seeded by distance and moved by measurements, the retry budget, and the order they give."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from firsttoken.config import Breaker, Routing
+from firsttoken.routing.budget import Budget
+from firsttoken.routing.estimate import FORGET_S, TtftEstimate
+from firsttoken.routing.health import Health, State, retry_after_s
+from firsttoken.routing.router import Router
+from firsttoken.routing.targets import Target
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+NEAR, FAR = Target("lagos", "m"), Target("virginia", "m")
+FLOORS = {"lagos": 5.0, "virginia": 130.0, "frankfurt": 90.0}
+
+
+def router(clock: Clock, **routing: object) -> Router:
+    return Router(Routing(**routing), FLOORS.get, clock, random.Random(7))
+
+
+def test_the_breaker_opens_after_failures_in_a_row_and_half_opens_for_one_probe() -> None:
+    health, now = Health(failures=3, open_s=10, max_open_s=40), 0.0
+    for _ in range(2):
+        health.failed(now)
+    health.succeeded()  # in a row: a success starts the count again
+    for _ in range(3):
+        assert health.available(now)
+        health.failed(now)
+    assert health.state is State.OPEN and not health.available(now + 9.9)
+    assert health.available(now + 10)  # half-open: one probe
+    health.started()
+    assert not health.available(now + 10)  # …and only one
+    health.failed(now + 10)  # the probe failed: open twice as long
+    assert not health.available(now + 29.9) and health.available(now + 30.1)
+    health.started()
+    health.succeeded()
+    assert health.state is State.CLOSED and health.available(now + 31)
+
+
+def test_a_429_cools_the_target_for_its_retry_after_without_tripping_the_breaker() -> None:
+    health = Health(failures=1)
+    health.rate_limited(0.0, "7")
+    assert not health.available(6.9) and health.available(7.1) and health.state is State.CLOSED
+    assert retry_after_s(None) == 1.0 and retry_after_s("junk") == 1.0 and retry_after_s("99999") == 300.0
+    assert retry_after_s("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412470.0) == pytest.approx(10.0)
+
+
+def test_the_estimate_starts_at_the_floor_follows_measurements_and_drifts_back() -> None:
+    estimate = TtftEstimate(130.0)
+    assert estimate.value(0) == 130.0 and estimate.percentile(95) is None
+    estimate.observe(400.0, 0.0)
+    assert estimate.value(0) == 400.0  # the first measurement replaces the prior
+    estimate.observe(100.0, 0.0)
+    assert estimate.value(0) == pytest.approx(310.0)  # 30 % of the way to the new one
+    assert estimate.value(FORGET_S) == pytest.approx(130.0 + 180.0 / 2.718281828, rel=1e-3)
+    assert [estimate.percentile(q) for q in (0, 100)] == [100.0, 400.0]
+
+
+def test_a_budget_lets_a_share_of_requests_retry_and_no_more() -> None:
+    budget = Budget(0.2, reserve=2)
+    assert budget.spend() and budget.spend() and not budget.spend()
+    for _ in range(10):
+        budget.earn()
+    assert budget.spend() and budget.spend() and not budget.spend()  # 10 × 0.2, capped at the reserve anyway
+
+
+def test_before_any_traffic_the_nearer_region_goes_first() -> None:
+    assert router(Clock()).order("chat", [FAR, NEAR], stream=True) == [NEAR, FAR]
+
+
+def test_measurements_override_distance_and_busy_targets_lose() -> None:
+    clock, route = Clock(), None
+    route = router(clock)
+    route.started(NEAR)
+    route.succeeded(NEAR, True, 900.0)  # near, but its GPUs are slow
+    route.started(FAR)
+    route.succeeded(FAR, True, 300.0)
+    assert route.order("chat", [NEAR, FAR], stream=True) == [FAR, NEAR]
+    assert route.order("chat", [NEAR, FAR], stream=False) == [NEAR, FAR]  # whole answers are measured apart
+    for _ in range(3):
+        route.started(FAR)  # three in flight: 300 × 4 > 900
+    assert route.order("chat", [NEAR, FAR], stream=True) == [NEAR, FAR]
+
+
+def test_an_open_or_cooling_target_goes_last_and_an_ordered_alias_keeps_its_order() -> None:
+    clock = Clock()
+    route = router(clock, breaker=Breaker(failures=1), ordered=["fixed"])
+    route.started(NEAR)
+    route.failed(NEAR)
+    assert route.order("chat", [NEAR, FAR], stream=True) == [FAR, NEAR]
+    assert route.order("fixed", [FAR, NEAR], stream=True) == [FAR, NEAR]
+    clock.now += 11  # half-open: the near one may be probed again, and is nearer
+    assert route.order("chat", [NEAR, FAR], stream=True) == [NEAR, FAR]
+    route.started(FAR)
+    route.rate_limited(FAR, "30")
+    assert route.order("fixed", [FAR, NEAR], stream=True) == [NEAR, FAR]
+
+
+def test_with_several_targets_two_are_drawn_by_weight() -> None:
+    third = Target("frankfurt", "m")
+    clock = Clock()
+    route = router(clock, weights={"virginia/m": 1000.0})
+    firsts = [route.order("chat", [NEAR, FAR, third], stream=True)[0] for _ in range(200)]
+    # Drawn almost always, the heavy far one is one of the two; then the cheaper of the pair goes first.
+    assert firsts.count(NEAR) + firsts.count(third) > 190 and firsts.count(third) > 0

@@ -1,0 +1,65 @@
+"""Routing through the real gateway in front of a real test upstream: traffic settles on the target that
+gives the first token soonest, a target that keeps failing is left out by its breaker while every client
+request still succeeds, and a 429 cools its target for the Retry-After it sent."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import openai
+import pytest
+
+from conftest import CLIENT_KEY
+from support.gateway_process import GatewayProcess
+from support.openai_upstream import UPSTREAM_KEY
+
+USER = [{"role": "user", "content": "route me"}]
+
+
+@pytest.fixture(scope="module")
+def gateway(upstream, tmp_path_factory):
+    settings = {"upstreams": {"fake": {"url": upstream.url, "key": UPSTREAM_KEY}},
+                "models": {"speedy": ["fake/sleep-400", "fake/sleep-20"],
+                           "failing": ["fake/error-500", "fake/echo"],
+                           "limited": ["fake/error-429", "fake/echo"],
+                           "fixed": ["fake/sleep-400", "fake/sleep-20"]},
+                "routing": {"ordered": ["fixed"]},
+                "keys": [{"name": "app", "key": CLIENT_KEY}]}
+    with GatewayProcess(settings, tmp_path_factory.mktemp("routing")) as running:
+        yield running
+
+
+def client(gateway: GatewayProcess) -> openai.OpenAI:
+    return openai.OpenAI(base_url=gateway.url + "/v1", api_key=CLIENT_KEY, max_retries=0, timeout=20)
+
+
+def routes(gateway: GatewayProcess, alias: str, n: int, stream: bool = True) -> Counter[str]:
+    """Which target answered each of n requests; every one must succeed."""
+    answered: Counter[str] = Counter()
+    for _ in range(n):
+        raw = client(gateway).chat.completions.with_raw_response.create(model=alias, messages=USER, stream=stream)
+        if stream:
+            assert "".join(c.choices[0].delta.content or "" for c in raw.parse() if c.choices) == "echo: route me"
+        else:
+            assert raw.parse().choices[0].message.content == "echo: route me"
+        answered[raw.headers["x-firsttoken-route"]] += 1
+    return answered
+
+
+def test_traffic_settles_on_the_target_with_the_soonest_first_token(gateway) -> None:
+    answered = routes(gateway, "speedy", 20)
+    assert answered["fake/sleep-20"] >= 18, answered  # the slow one is tried once or twice, then left
+    assert routes(gateway, "fixed", 3) == {"fake/sleep-400": 3}  # an ordered alias keeps its order
+
+
+def test_a_failing_target_is_left_out_and_every_request_succeeds(gateway, upstream) -> None:
+    before = upstream.stats.by_model["error-500"]
+    answered = routes(gateway, "failing", 12, stream=False) + routes(gateway, "failing", 12)
+    assert answered == {"fake/echo": 24}
+    assert upstream.stats.by_model["error-500"] - before == 5  # the breaker opened after 5 in a row
+
+
+def test_a_429_cools_its_target_for_its_retry_after(gateway, upstream) -> None:
+    before = upstream.stats.by_model["error-429"]
+    assert routes(gateway, "limited", 10) == {"fake/echo": 10}
+    assert upstream.stats.by_model["error-429"] - before == 1  # Retry-After: 7 s, and the test takes less
