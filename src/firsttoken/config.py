@@ -108,6 +108,8 @@ class Upstream(_Strict):
 class ClientKey(_Strict):
     name: str = Field(min_length=1)
     key: SecretStr
+    rpm: int | None = Field(None, ge=1, description="requests per minute this key may send")
+    tpm: int | None = Field(None, ge=1, description="tokens per minute (estimated, then corrected from usage)")
 
     @field_validator("key")
     @classmethod
@@ -173,6 +175,14 @@ class Routing(_Strict):
 
 class Limits(_Strict):
     max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024)
+    redis: str | None = Field(None, description="keys' rpm and tpm kept in Redis, shared by replicas: redis://…")
+
+    @field_validator("redis")
+    @classmethod
+    def _redis(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must be a Redis URL: redis://host:6379/0 (or rediss://, unix://)")
+        return value
 
 
 class Streaming(_Strict):

@@ -28,6 +28,7 @@ from firsttoken.journey.recent import RecentJourneys
 from firsttoken.journey.sink import JourneySink
 from firsttoken.journey.tcp_info import RttReader, client_transport
 from firsttoken.journey.timeline import Timeline
+from firsttoken.routing.client_limits import ClientLimits
 from firsttoken.routing.router import Router
 from firsttoken.routing.targets import Target, TargetResolver
 from firsttoken.server import validate
@@ -92,6 +93,7 @@ class Gateway:
         self.resolver = TargetResolver(settings, self.upstreams.listed_models)
         self.router = Router(settings.routing, lambda upstream: self.upstreams[upstream].floor_ms)
         self.keys = ClientKeys(settings.keys)
+        self.client_limits = ClientLimits(settings.keys, settings.limits.redis)
         self.max_body = settings.limits.max_body_bytes
         self.heartbeat_s = settings.streaming.heartbeat_s
         # Paths with and without the /v1 prefix: some clients are configured with a bare base URL.
@@ -146,6 +148,7 @@ class Gateway:
                 await asyncio.to_thread(self.sink.close)  # the last journeys reach the log
                 if self.cache is not None:
                     await self.cache.close()  # and the last answers the cache
+                await self.client_limits.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
@@ -198,6 +201,15 @@ class Gateway:
         model, stream = validate.chat_request(body)
         timeline.model, timeline.stream = model, stream
         targets = self.resolver.resolve(model)
+        charge = await self.client_limits.admit(timeline.tenant, body) if self.client_limits else None
+        try:
+            await self._chat(scope, receive, send, base, timeline, body, model, stream, targets)
+        finally:
+            if charge is not None:
+                await self.client_limits.settle(charge, upstream_tokens(timeline))
+
+    async def _chat(self, scope: Scope, receive: Receive, send: Send, base: Headers, timeline: Timeline,
+                    body: dict[str, Any], model: str, stream: bool, targets: list[Target]) -> None:
         wants_usage = client_wants_usage(body)
         ordered = self.router.order(model, targets, stream)
 
@@ -259,6 +271,15 @@ class Gateway:
         body = validate.parse_json_object(await read_body(scope, receive, self.max_body))
         timeline.model = validate.embeddings_request(body)
         targets = self.router.order(timeline.model, self.resolver.resolve(timeline.model), False)
+        charge = await self.client_limits.admit(timeline.tenant, body) if self.client_limits else None
+        try:
+            await self._embed(receive, send, base, timeline, body, targets)
+        finally:
+            if charge is not None:
+                await self.client_limits.settle(charge, upstream_tokens(timeline))
+
+    async def _embed(self, receive: Receive, send: Send, base: Headers, timeline: Timeline, body: dict[str, Any],
+                     targets: list[Target]) -> None:
         await until_disconnect(receive, forward_complete(
             self.upstreams, self.alarms, self.router, targets,
             lambda link, target: link.adapter.embeddings(body, target.model),
@@ -387,3 +408,13 @@ def app_from_environment() -> Gateway:
 
 
 __all__ = ["Gateway", "create_app", "app_from_environment"]
+
+
+def upstream_tokens(timeline: Timeline) -> int | None:
+    """What a request cost upstream in tokens, by the upstream's own usage: nothing for an answer from the
+    edge cache; None when the upstream did not say (the estimate stands)."""
+    if timeline.cache not in (b"miss", b"bypass"):
+        return 0
+    if timeline.input_tokens is None and timeline.output_tokens is None:
+        return None
+    return (timeline.input_tokens or 0) + (timeline.output_tokens or 0)

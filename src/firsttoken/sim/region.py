@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from firsttoken.routing.ratelimit import KeyLimits, Refusal
 from firsttoken.sim.engine import Engine, Sequence
-from firsttoken.sim.ratelimit import KeyLimits, Refusal
 from firsttoken.sim.replica import Replica
 from firsttoken.sim.settings import SimSettings
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from firsttoken.sim.ratelimit import KeyLimits
+from firsttoken.routing.ratelimit import KeyLimits
 
 
 def test_requests_refill_continuously() -> None:

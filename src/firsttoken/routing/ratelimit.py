@@ -1,5 +1,6 @@
 """Rate limits per API key, as providers enforce them: requests and tokens per minute, replenished
-continuously (OpenAI documents 60 RPM as one request a second, not 60 at the top of each minute).
+continuously (OpenAI documents 60 RPM as one request a second, not 60 at the top of each minute). The
+simulated region limits its callers with it, and the gateway its client keys (client_limits.py).
 
 Written by hand because the libraries do not fit: `limits`' in-memory storage starts a timer thread per
 hit and its moving window stores one entry per unit of cost (one per token, for TPM); aiolimiter waits
@@ -85,6 +86,13 @@ class KeyLimits:
         for _, _, cost, bucket in buckets:
             bucket.level -= cost
         return None
+
+    def settle(self, key: str, charged: int, used: int, now: float) -> None:
+        """Correct a request's token charge once its usage is known: the difference comes back (or is owed,
+        and the next requests wait for it)."""
+        if self.tpm is not None and charged != used:
+            bucket = self._bucket(key, "tokens", self.tpm, now)
+            bucket.level = min(bucket.capacity, bucket.level + charged - used)
 
     def _forget_full(self, now: float) -> None:
         for where, bucket in list(self._buckets.items()):

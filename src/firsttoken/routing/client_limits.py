@@ -1,0 +1,166 @@
+"""Requests and tokens per minute for each client key, answered with 429, Retry-After and an
+OpenAI-format error when exceeded.
+
+Tokens are estimated when a request arrives (its messages' words, plus the answer's max_tokens) and
+corrected from the answer's usage. The buckets live in this process (routing/ratelimit.py), or in Redis
+when several gateways serve the same keys: there one Lua script refills and charges every bucket of a
+request atomically, on Redis's clock, so replicas cannot overspend a key between them. A Redis that
+cannot be reached lets requests through (with a warning): the limiter must not take the gateway down.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio as redis
+from redis.exceptions import RedisError
+
+from firsttoken.config import ClientKey
+from firsttoken.errors import GatewayError
+from firsttoken.routing.ratelimit import KeyLimits, Refusal
+
+log = logging.getLogger("firsttoken.limits")
+
+# KEYS: the buckets. ARGV: capacity and cost of each, in turn. Returns {"0"} when charged, else
+# {seconds to wait, the refusing bucket's position}; a cost above the capacity waits forever ("inf").
+_TAKE = """
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) + tonumber(clock[2]) / 1e6
+local levels, worst, worst_at = {}, 0, 0
+for i = 1, #KEYS do
+  local capacity, cost = tonumber(ARGV[2 * i - 1]), tonumber(ARGV[2 * i])
+  local saved = redis.call('HMGET', KEYS[i], 'level', 'updated')
+  local level = tonumber(saved[1]) or capacity
+  local updated = tonumber(saved[2]) or now
+  level = math.min(capacity, level + (now - updated) * capacity / 60)
+  levels[i] = level
+  if cost > capacity then return {'inf', tostring(i)} end
+  if level < cost and (cost - level) * 60 / capacity > worst then
+    worst, worst_at = (cost - level) * 60 / capacity, i
+  end
+end
+if worst > 0 then return {tostring(worst), tostring(worst_at)} end
+for i = 1, #KEYS do
+  redis.call('HSET', KEYS[i], 'level', tostring(levels[i] - tonumber(ARGV[2 * i])), 'updated', tostring(now))
+  redis.call('EXPIRE', KEYS[i], 120)
+end
+return {'0'}
+"""
+
+# KEYS: a tokens bucket. ARGV: its capacity, the tokens to give back (negative: to charge).
+_SETTLE = """
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) + tonumber(clock[2]) / 1e6
+local capacity, delta = tonumber(ARGV[1]), tonumber(ARGV[2])
+local saved = redis.call('HMGET', KEYS[1], 'level', 'updated')
+local level = tonumber(saved[1]) or capacity
+local updated = tonumber(saved[2]) or now
+level = math.min(capacity, level + (now - updated) * capacity / 60 + delta)
+redis.call('HSET', KEYS[1], 'level', tostring(level), 'updated', tostring(now))
+redis.call('EXPIRE', KEYS[1], 120)
+return 0
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Charge:
+    """What one admitted request was charged, to be corrected from its usage."""
+
+    key: str
+    tokens: int
+
+
+class ClientLimits:
+    def __init__(self, keys: list[ClientKey], redis_url: str | None = None, prefix: str = "firsttoken:limits:") -> None:
+        self._limits = {k.name: KeyLimits(k.rpm, k.tpm) for k in keys if k.rpm is not None or k.tpm is not None}
+        self._redis = (redis.Redis.from_url(redis_url, socket_timeout=0.5, socket_connect_timeout=0.5)
+                       if redis_url and self._limits else None)
+        self._take = self._redis.register_script(_TAKE) if self._redis else None
+        self._settle = self._redis.register_script(_SETTLE) if self._redis else None
+        self._prefix = prefix
+
+    def __bool__(self) -> bool:
+        return bool(self._limits)
+
+    async def admit(self, key: str, body: dict[str, Any]) -> Charge | None:
+        """Charge one request to `key`, or raise the 429 that says which limit and for how long."""
+        limits = self._limits.get(key)
+        if limits is None:
+            return None
+        tokens = estimate_tokens(body)
+        refusal = (await self._take_shared(key, limits, tokens) if self._redis is not None
+                   else limits.take(key, tokens, time.monotonic()))
+        if refusal is not None:
+            raise _too_many(key, refusal)
+        return Charge(key, tokens)
+
+    async def settle(self, charge: Charge | None, used: int | None) -> None:
+        """The request's real token count (usage), once known."""
+        if charge is None or used is None:
+            return
+        limits = self._limits[charge.key]
+        if self._redis is None:
+            limits.settle(charge.key, charge.tokens, used, time.monotonic())
+        elif limits.tpm is not None and used != charge.tokens:
+            try:
+                assert self._settle is not None
+                await self._settle(keys=[self._bucket(charge.key, "tokens")],
+                                   args=[limits.tpm, charge.tokens - used])
+            except RedisError as exc:
+                log.warning("rate limit correction for %s not written: %s", charge.key, exc)
+
+    async def _take_shared(self, key: str, limits: KeyLimits, tokens: int) -> Refusal | None:
+        checks = [(limit, allowed, cost) for limit, allowed, cost in
+                  (("requests", limits.rpm, 1), ("tokens", limits.tpm, tokens)) if allowed is not None]
+        args: list[int] = []
+        for _, allowed, cost in checks:
+            args += [allowed, cost]
+        try:
+            assert self._take is not None
+            reply = await self._take(keys=[self._bucket(key, limit) for limit, _, _ in checks], args=args)
+        except RedisError as exc:
+            log.warning("rate limits in Redis unavailable (%s); %s's request let through", exc, key)
+            return None
+        if reply[0] == b"0":
+            return None
+        limit, allowed, _ = checks[int(reply[1]) - 1]
+        return Refusal(limit, allowed, float(reply[0]))
+
+    def _bucket(self, key: str, limit: str) -> str:
+        return f"{self._prefix}{key}:{limit}"
+
+    async def close(self) -> None:
+        if self._redis is not None:
+            await self._redis.aclose()
+
+
+def estimate_tokens(body: dict[str, Any]) -> int:
+    """The request's tokens before any tokenizer has seen it: about four characters a token in its
+    messages (and input, for embeddings), plus the longest answer it allows."""
+    text = 0
+    for message in body.get("messages") or []:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list):
+            text += sum(len(str(p.get("text", ""))) for p in content if isinstance(p, dict))
+        elif content is not None:
+            text += len(str(content))
+    given = body.get("input")
+    text += sum(len(str(i)) for i in given) if isinstance(given, list) else len(str(given or ""))
+    answer = body.get("max_completion_tokens") or body.get("max_tokens") or 0
+    return max(1, math.ceil(text / 4) + (answer if isinstance(answer, int) and answer > 0 else 0))
+
+
+def _too_many(key: str, refusal: Refusal) -> GatewayError:
+    """OpenAI's own shape: the type names the limit (requests or tokens)."""
+    per = refusal.limit
+    if math.isinf(refusal.retry_after_s):
+        return GatewayError(429, f"This request needs more {per} than the client key {key!r} is allowed in a "
+                                 f"minute ({refusal.allowed}); ask for fewer (max_tokens), or raise the key's "
+                                 f"limit.", per, code="rate_limit_exceeded")
+    return GatewayError(429, f"The client key {key!r} is over its limit of {refusal.allowed} {per} per minute; "
+                             f"retry after {refusal.retry_after} s.", per, code="rate_limit_exceeded",
+                        headers={"Retry-After": refusal.retry_after, f"x-ratelimit-limit-{per}": str(refusal.allowed)})
