@@ -156,6 +156,15 @@ class Breaker(_Strict):
     max_open_s: float = Field(120.0, gt=0, description="the longest wait, doubled after each failed probe")
 
 
+class Hedge(_Strict):
+    enabled: bool = Field(True, description="race a second target when the first token is late")
+    budget: float = Field(0.05, ge=0, le=1, description="hedges per client request, on average")
+    percentile: float = Field(90, gt=0, lt=100, description="the target's recent TTFT percentile to wait for")
+    min_s: float = Field(0.05, ge=0, description="never hedge sooner than this")
+    max_s: float = Field(2.0, gt=0, description="never wait longer than this (also before any measurement)")
+    min_samples: int = Field(20, ge=1, description="measured first tokens before the percentile is trusted")
+
+
 class Routing(_Strict):
     strategy: Literal["fastest", "ordered"] = Field(
         "fastest", description="fastest: by expected time to first token; ordered: as the alias lists them")
@@ -163,6 +172,7 @@ class Routing(_Strict):
     weights: dict[str, float] = Field(default_factory=dict, description="upstream/model → weight in the draw")
     retry_budget: float = Field(0.2, ge=0, le=10, description="retries allowed per client request, on average")
     breaker: Breaker = Field(default_factory=Breaker)
+    hedge: Hedge = Field(default_factory=Hedge)
 
     @field_validator("weights")
     @classmethod

@@ -23,6 +23,7 @@ from firsttoken.lab.delayline import DelayLine
 from support.measure import typical
 
 RTT_MS = 120.0
+SCHEDULING_MS = 3.0  # a single sample's slack for a busy machine
 TLS_CPU_MS = 10.0  # a TLS handshake's own compute, on top of its round trip
 SIM_PORT, TLS_SIM_PORT, GATEWAY_PORT = 9001, 9443, 8787
 # A model at a real provider's pace (18.5 ms a token: six per round trip). A much faster one (llama-3.2-1b
@@ -117,10 +118,13 @@ def test_warm_requests_report_the_injected_round_trip(journeys) -> None:
 
 
 def test_a_warm_connection_saves_the_handshake(journeys) -> None:
+    # One cold handshake is one sample: on a busy 2-core machine its packets can wait a few ms for a
+    # core at either end, so the bound is 5 % plus that (the line's own accuracy is tests/lab's).
     cold = journeys[0]["journey"]
-    assert cold["handshake"]["tcp"] == pytest.approx(RTT_MS, rel=0.05) and cold["handshake"]["tls"] == 0
+    assert cold["handshake"]["tcp"] == pytest.approx(RTT_MS, abs=0.05 * RTT_MS + SCHEDULING_MS)
+    assert cold["handshake"]["tls"] == 0
     warm = min(s["journey"]["phases"]["ttft"] for s in journeys[1:])
-    assert cold["phases"]["ttft"] - warm == pytest.approx(RTT_MS, abs=0.05 * RTT_MS)
+    assert cold["phases"]["ttft"] - warm == pytest.approx(RTT_MS, abs=0.05 * RTT_MS + SCHEDULING_MS)
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +151,7 @@ def traced(line: DelayLine, tmp_path_factory) -> dict:
 def test_trace_finds_the_round_trip_in_each_handshake(traced: dict) -> None:
     cold = traced["runs"][0]
     assert cold["connection_reused"] is False and cold["dns_ms"] < 1.0  # an IP address: nothing to look up
-    assert cold["connect_ms"] == pytest.approx(RTT_MS, rel=0.05)  # TCP: one round trip
+    assert cold["connect_ms"] == pytest.approx(RTT_MS, abs=0.05 * RTT_MS + SCHEDULING_MS)  # TCP: one round trip
     # TLS 1.3: one more round trip, plus both ends' key exchange and signature: milliseconds of CPU that
     # a loaded 2-core machine can stretch, and that are no part of the distance.
     assert 0.95 * RTT_MS <= cold["tls_ms"] <= 1.05 * RTT_MS + TLS_CPU_MS
@@ -168,4 +172,4 @@ def test_trace_shows_a_warm_connection_saving_two_round_trips(traced: dict) -> N
     cold, *warm = traced["runs"]
     assert all(r["connection_reused"] and r["handshakes_ms"] == 0 for r in warm)
     saved = cold["ttft_ms"] - min(r["ttft_ms"] for r in warm)
-    assert saved == pytest.approx(2 * RTT_MS, abs=0.05 * 2 * RTT_MS)
+    assert saved == pytest.approx(2 * RTT_MS, abs=0.05 * 2 * RTT_MS + TLS_CPU_MS)  # the key exchange's CPU too

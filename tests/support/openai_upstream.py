@@ -4,6 +4,7 @@
   tools           calls the first tool given, arguments streamed in pieces
   inspect         replies with the JSON body it received, as the message content
   sleep-<ms>      like echo, after waiting <ms> before the first token
+  late-<ms>       like echo, streaming its headers and role chunk at once, then its first token after <ms>
   fail-midstream  streams two tokens, then drops the connection
   error-<status>  answers that HTTP status with an OpenAI error body (429 with Retry-After)
   hang            accepts the request and never answers
@@ -136,6 +137,8 @@ def build_app(stats: Stats) -> web.Application:
         extra = {"usage": None} if usage_asked else {}
         try:
             await response.write(_chunk(model, {"role": "assistant", "content": ""}, **extra))
+            if model.startswith("late-"):  # a provider's queue: the stream is open, the first token is not
+                await asyncio.sleep(int(model.split("-")[1]) / 1000)
             if model == "flood":
                 piece = _chunk(model, {"content": "x" * 4000})
                 for _ in range(16_000):

@@ -18,7 +18,7 @@ class Timeline:
     __slots__ = ("request_id", "operation", "tenant", "model", "stream", "status", "received", "cache_ms",
                  "sent", "first_byte", "first_token", "last_token", "last_byte", "max_gap", "connect_ms", "reused",
                  "token_events", "output_tokens", "input_tokens", "route", "upstream", "attempts", "client_rtt",
-                 "upstream_rtt", "upstream_timing", "floor_ms", "handshake", "cache")
+                 "upstream_rtt", "upstream_timing", "floor_ms", "handshake", "cache", "hedge")
 
     def __init__(self, request_id: str = "") -> None:
         self.received = perf_counter()
@@ -49,6 +49,23 @@ class Timeline:
         self.upstream_rtt: Rtt | None = None  # the upstream connection this request used
         self.upstream_timing: str | None = None  # the upstream's own Server-Timing, as it sent it
         self.floor_ms: float | None = None  # the physics floor to the route's upstream, when both ends are known
+        self.hedge = b""  # when a second target raced the first: "; hedge-of=<the first>" or "; hedged-by=<the second>"
+
+    # What one upstream attempt records; a hedge records them on a timeline of its own, adopted if it wins.
+    _ATTEMPT = ("sent", "first_byte", "first_token", "last_token", "max_gap", "connect_ms", "handshake", "reused",
+                "token_events", "route", "upstream", "upstream_rtt", "upstream_timing", "floor_ms")
+
+    def for_hedge(self) -> Timeline:
+        """A timeline for a second attempt at this request, to race the first."""
+        twin = Timeline(self.request_id)
+        twin.received, twin.tenant, twin.model, twin.stream = self.received, self.tenant, self.model, self.stream
+        return twin
+
+    def adopt(self, hedge: Timeline) -> None:
+        """The hedge won: its attempt is this request's."""
+        for name in self._ATTEMPT:
+            setattr(self, name, getattr(hedge, name))
+        self.attempts += hedge.attempts
 
     def tokens_at(self, now: float) -> None:
         """A read that carried token events arrived at `now` (after the first token)."""

@@ -38,8 +38,8 @@ class TtftEstimate:
         return self.prior + (self.mean - self.prior) * kept
 
     def percentile(self, q: float) -> float | None:
-        """The q-th percentile (0–100) of the recent measurements; None before any."""
+        """The q-th percentile (0–100, nearest rank) of the recent measurements; None before any."""
         if not self.recent:
             return None
         ordered = sorted(self.recent)
-        return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
+        return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]

@@ -44,6 +44,7 @@ class Router:
         self._random = rng or random.Random()
         self._states: dict[str, TargetState] = {}
         self.retries = Budget(settings.retry_budget)
+        self.hedges = Budget(settings.hedge.budget, reserve=5.0 if settings.hedge.budget > 0 else 0.0)
 
     def state(self, target: Target) -> TargetState:
         found = self._states.get(target.label)
@@ -58,6 +59,7 @@ class Router:
     def order(self, alias: str, targets: list[Target], stream: bool) -> list[Target]:
         """The targets in the order to try them for one request (which also earns the retry budget)."""
         self.retries.earn()
+        self.hedges.earn()
         if len(targets) < 2:
             return targets
         now = self._clock()
@@ -87,6 +89,23 @@ class Router:
     def may_retry(self) -> bool:
         return self.retries.spend()
 
+    def hedge_delay(self, target: Target) -> float | None:
+        """Seconds to wait for a stream's first token from `target` before racing the next target: its
+        recent high percentile, within bounds; None when hedging is off."""
+        hedge = self.settings.hedge
+        if not hedge.enabled:
+            return None
+        estimate = self.state(target).streams
+        late = estimate.percentile(hedge.percentile) if len(estimate.recent) >= hedge.min_samples else None
+        return hedge.max_s if late is None else min(max(late / 1000.0, hedge.min_s), hedge.max_s)
+
+    def ready(self, target: Target) -> bool:
+        """Whether `target` may take a request now (not open-circuited, not cooling after a 429)."""
+        return self.state(target).health.available(self._clock())
+
+    def may_hedge(self) -> bool:
+        return self.hedges.spend()
+
     # --- what happened -------------------------------------------------------------------------
 
     def started(self, target: Target) -> None:
@@ -102,6 +121,13 @@ class Router:
 
     def failed(self, target: Target) -> None:
         self._finish(target).health.failed(self._clock())
+
+    def lost(self, target: Target, stream: bool, waited_ms: float) -> None:
+        """It lost a race: its first token would have come no sooner than `waited_ms` (a lower bound, kept
+        as a measurement so that a target that keeps losing stops being tried first)."""
+        state = self._finish(target)
+        state.health.settled()
+        state.estimate(stream).observe(waited_ms, self._clock())
 
     def rate_limited(self, target: Target, retry_after: str | None) -> None:
         self._finish(target).health.rate_limited(self._clock(), retry_after)

@@ -25,6 +25,7 @@ from firsttoken.journey.timeline import Timeline
 from firsttoken.relay import Capture, Relay
 from firsttoken.routing.router import Router
 from firsttoken.routing.targets import Target
+from firsttoken.server.hedge import Lane, Race
 from firsttoken.server.http import (
     SSE_HEADERS,
     ClientStalled,
@@ -262,28 +263,58 @@ class StreamForwarder:
 
     async def _try_targets(self) -> GatewayError | None:
         failure: GatewayError | None = None
-        for index, target in enumerate(self.targets):
-            if index and not self.router.may_retry():
+        waiting = list(self.targets)
+        while waiting:
+            if failure is not None and not self.router.may_retry():
                 break
-            self.router.started(target)
-            try:
-                failure = await self._stream(target)
-            except BaseException:
-                self.router.settled(target)
-                raise
-            _judge(self.router, target, True, self.timeline, failure, self.broken)
+            target = waiting.pop(0)
+            delay = self.router.hedge_delay(target) if waiting else None
+            failure = await (self._stream(target) if delay is None else self._race(target, waiting, delay))
             if failure is None or failure.status not in RETRYABLE_STATUS:
                 return failure
         return failure
 
     async def _stream(self, target: Target) -> GatewayError | None:
         """One target's stream relayed to the client; else why not."""
-        attempt = await _attempt(self.upstreams, self.alarms, target, self.build, self.timeline)
+        self.router.started(target)
+        try:
+            failure = await self._attempt_stream(target, self.timeline, None)
+        except BaseException:
+            self.router.settled(target)
+            raise
+        _judge(self.router, target, True, self.timeline, failure, self.broken)
+        return failure
+
+    async def _race(self, first: Target, waiting: list[Target], delay: float) -> GatewayError | None:
+        """`first`, raced by the next target when its first token is later than `delay` (server/hedge.py)."""
+        race = Race(self)
+        lane = race.start(first, self.timeline, self._lane)
+        assert lane.task is not None
+        await asyncio.wait({lane.task}, timeout=delay)
+        if (not lane.task.done() and race.winner is None and self.router.ready(waiting[0])
+                and self.router.may_hedge()):
+            race.start(waiting.pop(0), self.timeline.for_hedge(), self._lane)
+        return await race.finish()
+
+    async def _lane(self, lane: Lane) -> GatewayError | None:
+        self.router.started(lane.target)
+        try:
+            failure = await self._attempt_stream(lane.target, lane.timeline, lane)
+        except BaseException:
+            if not lane.lost:
+                self.router.settled(lane.target)
+            raise
+        won = lane.race.winner is lane
+        _judge(self.router, lane.target, True, self.timeline if won else lane.timeline, failure, won and self.broken)
+        return failure
+
+    async def _attempt_stream(self, target: Target, timeline: Timeline, lane: Lane | None) -> GatewayError | None:
+        attempt = await _attempt(self.upstreams, self.alarms, target, self.build, timeline)
         link, response = attempt.link, attempt.response
         if response is None:
             return attempt.failure
         try:
-            return await self._answer(link, response, attempt.deadline)
+            return await self._answer(link, response, attempt.deadline, lane)
         except TimeoutError:  # reading a refusal's body (a stream's own failures end in the relay)
             return _timeout(link, "idle")
         except CONNECTION_ERRORS as exc:
@@ -292,9 +323,10 @@ class StreamForwarder:
             if not link.pool.releasing(response):
                 response.close()  # aborts a stream cut short, so the upstream stops generating
 
-    async def _answer(self, link: UpstreamLink, response: aiohttp.ClientResponse,
-                      deadline: float) -> GatewayError | None:
-        """Relay one upstream response; a GatewayError when it refused (nothing relayed yet)."""
+    async def _answer(self, link: UpstreamLink, response: aiohttp.ClientResponse, deadline: float,
+                      lane: Lane | None = None) -> GatewayError | None:
+        """Relay one upstream response; a GatewayError when it refused (nothing relayed yet). A lane's
+        relay writes through its race until the race is decided."""
         if response.status >= 300:
             with self.alarms.deadline(self.alarms.now() + link.settings.timeouts.idle):
                 data = await response.read()
@@ -303,6 +335,8 @@ class StreamForwarder:
             # Some servers answer a stream request with one JSON body; pass it on as it is.
             with self.alarms.deadline(self.alarms.now() + link.settings.timeouts.idle):
                 data = await response.read()
+            if lane is not None and not await lane.claim():
+                return None
             await self.heartbeat.stop()  # first: a beat in flight may still start the stream
             if self.started:
                 return bad_gateway(f"upstream {link.name} answered a stream request with "
@@ -311,13 +345,21 @@ class StreamForwarder:
             await send_bytes(self.send, response.status, link.adapter.chat_response(data),
                              response_headers(self.base_headers, self.timeline))
             return None
-        await self._start(passthrough_headers(response))
-        relay = Relay(response, self._write, self.timeline,
-                      translator=link.adapter.stream_translator(True),  # usage for us; the relay strips it
+        if lane is None:
+            await self.start(passthrough_headers(response))
+        else:
+            lane.headers = passthrough_headers(response)
+        relay = Relay(response, self.write if lane is None else lane.write, self.timeline if lane is None else
+                      lane.timeline, translator=link.adapter.stream_translator(True),  # usage for us; stripped
                       strip_usage=not self.client_wants_usage, alarms=self.alarms, heartbeat=self.heartbeat,
                       first_token_deadline=deadline, idle_s=link.settings.timeouts.idle, upstream=link.name,
-                      capture=self.capture)
+                      capture=self.capture if lane is None else lane.capture)
+        if lane is not None:
+            lane.relay = relay
         result = await relay.run()
+        if lane is not None and lane.race.winner is not lane:
+            return bad_gateway(f"upstream {link.name}: {result.error or 'the stream ended without a token'}",
+                               code="upstream_stream_broken")
         self.broken = not result.clean
         usage = result.usage or {}
         output, prompt = usage.get("completion_tokens"), usage.get("prompt_tokens")
@@ -332,7 +374,7 @@ class StreamForwarder:
                 self.keep("sse", b"\n\n".join(relay.capture) + b"\n\n", response.headers)
         return None
 
-    async def _write(self, data: bytes, last: bool = False) -> None:
+    async def write(self, data: bytes, last: bool = False) -> None:
         if last:  # the response ends with these bytes: no heartbeat may follow them
             await self.heartbeat.stop()
             self.ended = True
@@ -342,7 +384,7 @@ class StreamForwarder:
         except TimeoutError:
             raise ClientStalled(f"the client read nothing for {self.client_stall_s:g} s") from None
 
-    async def _start(self, extra: Headers) -> None:
+    async def start(self, extra: Headers) -> None:
         if self.started:
             return
         self.started = True
@@ -351,8 +393,8 @@ class StreamForwarder:
         await self.send({"type": "http.response.start", "status": 200, "headers": headers})
 
     async def _heartbeat(self) -> None:
-        await self._start([])
-        await self._write(HEARTBEAT)
+        await self.start([])
+        await self.write(HEARTBEAT)
 
     async def _fail(self, failure: GatewayError) -> None:
         if not self.started:
@@ -360,7 +402,7 @@ class StreamForwarder:
             await send_error(self.send, failure, response_headers(self.base_headers, self.timeline))
             return
         # Headers are gone already: the failure travels as one error event, then [DONE].
-        await self._write(error_event(failure.body()) + self.timeline.closing_comment() + DONE, last=True)
+        await self.write(error_event(failure.body()) + self.timeline.closing_comment() + DONE, last=True)
 
 
 _COMPLETION_TOKENS = b'"completion_tokens":'

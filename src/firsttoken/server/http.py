@@ -32,7 +32,7 @@ SSE_HEADERS: Headers = [
 def response_headers(base: Headers, timeline: Timeline) -> Headers:
     """The headers of every gateway response (DESIGN.md): request id, Server-Timing, cache, route."""
     return [*base, (b"server-timing", timeline.server_timing().encode()),
-            (b"x-firsttoken-route", timeline.route.encode() if timeline.route else b"none"),
+            (b"x-firsttoken-route", (timeline.route.encode() + timeline.hedge) if timeline.route else b"none"),
             (b"x-firsttoken-cache", timeline.cache)]
 
 

@@ -1,0 +1,119 @@
+"""A hedged stream: when the first target's first token is late, the same request goes to the next target
+too, and the first of the two to produce a token is the answer ("The Tail at Scale"'s hedged requests,
+at the first token, where an LLM's tail lives: the GPU queue and the cold start).
+
+Each racer is a lane: its own attempt, its own timeline (the first lane's is the request's own), and a
+relay whose writes the race holds back until a winner is known. The first lane whose relay writes with a
+token seen wins: the race adopts its timeline into the request's, hands it the request's capture,
+sends the response headers (so that x-firsttoken-route names the winner and the hedge), writes what the
+lane held back and lets it write straight to the client from then on. The other lane is cancelled at
+once, which closes its connection, so its provider stops generating. A lane that ends without a token
+while the other still runs is dropped; when both end without one, the last to end is the answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from time import perf_counter
+from typing import TYPE_CHECKING
+
+from firsttoken.errors import GatewayError
+from firsttoken.journey.timeline import Timeline
+from firsttoken.relay import Relay
+from firsttoken.routing.targets import Target
+from firsttoken.server.http import Headers
+
+if TYPE_CHECKING:
+    from firsttoken.server.forward import StreamForwarder
+
+
+class Lane:
+    def __init__(self, race: Race, target: Target, timeline: Timeline) -> None:
+        self.race = race
+        self.target = target
+        self.timeline = timeline
+        self.held: list[bytes] = []  # written by its relay before the race was decided
+        self.capture: list[bytes] = []  # the events its relay read, for the request's capture if it wins
+        self.headers: Headers = []  # its upstream's passthrough headers
+        self.relay: Relay | None = None
+        self.task: asyncio.Task[GatewayError | None] | None = None
+        self.ended = False
+        self.lost = False  # the race told the router already
+
+    async def write(self, data: bytes, last: bool = False) -> None:
+        """The relay's writer while racing."""
+        race = self.race
+        if race.winner is self:
+            await race.forwarder.write(data, last)
+            return
+        if race.winner is not None:
+            return  # lost: it is being cancelled
+        if self.timeline.first_token or (last and not race.others_running(self)):
+            await race.crown(self)
+            await race.forwarder.write(b"".join(self.held) + data, last)
+            self.held.clear()
+            return
+        if last:
+            self.ended = True  # no token, and the other may still give one: nothing of it reaches the client
+            return
+        self.held.append(data)
+
+    async def claim(self) -> bool:
+        """For an answer that is not a stream (a JSON body): whether it may be the response."""
+        if self.race.winner is None:
+            await self.race.crown(self)
+        return self.race.winner is self
+
+
+class Race:
+    def __init__(self, forwarder: StreamForwarder) -> None:
+        self.forwarder = forwarder
+        self.lanes: list[Lane] = []
+        self.winner: Lane | None = None
+
+    def start(self, target: Target, timeline: Timeline,
+              run: Callable[[Lane], Awaitable[GatewayError | None]]) -> Lane:
+        lane = Lane(self, target, timeline)
+        lane.task = asyncio.ensure_future(run(lane))
+        self.lanes.append(lane)
+        return lane
+
+    def others_running(self, lane: Lane) -> bool:
+        return any(other is not lane and not other.ended and other.task is not None and not other.task.done()
+                   for other in self.lanes)
+
+    async def crown(self, lane: Lane) -> None:
+        self.winner = lane
+        forwarder, timeline = self.forwarder, self.forwarder.timeline
+        if lane.timeline is not timeline:
+            timeline.adopt(lane.timeline)
+            if lane.relay is not None:
+                lane.relay.timeline = timeline
+        losers = [other for other in self.lanes if other is not lane]
+        if losers:
+            label = losers[0].target.label.encode()
+            timeline.hedge = (b"; hedge-of=" if lane is not self.lanes[0] else b"; hedged-by=") + label
+        if forwarder.capture is not None and lane.relay is not None:
+            for piece in lane.capture:
+                forwarder.capture.append(piece)
+            lane.relay.capture = forwarder.capture
+        elif lane.relay is not None:
+            lane.relay.capture = None
+        for other in losers:
+            if other.task is not None and not other.task.done():
+                other.lost = True
+                forwarder.router.lost(other.target, True, (perf_counter() - other.timeline.sent) * 1000.0)
+                other.task.cancel()  # closes its connection: the provider stops generating
+        await forwarder.start(lane.headers)
+
+    async def finish(self) -> GatewayError | None:
+        """Wait for every lane; the winner's outcome (its exception, if it raised one), or the last failure."""
+        outcomes = await asyncio.gather(*(lane.task for lane in self.lanes if lane.task), return_exceptions=True)
+        for lane, outcome in zip(self.lanes, outcomes, strict=True):
+            if lane is self.winner:
+                if isinstance(outcome, BaseException):
+                    raise outcome
+                return outcome
+        failures = [o for o in outcomes if isinstance(o, GatewayError)]
+        return failures[-1] if failures else None

@@ -1,0 +1,76 @@
+"""Hedged streams through the real gateway: a first token that is late starts the same request on the
+next target, the first to produce a token is the answer (whole and in order), the other is cut off, and
+x-firsttoken-route names both."""
+
+from __future__ import annotations
+
+import time
+
+import openai
+import pytest
+
+from conftest import CLIENT_KEY
+from support.gateway_process import GatewayProcess
+from support.openai_upstream import UPSTREAM_KEY
+
+USER = [{"role": "user", "content": "race me"}]
+
+
+@pytest.fixture(scope="module")
+def gateway(upstream, tmp_path_factory):
+    settings = {"upstreams": {"fake": {"url": upstream.url, "key": UPSTREAM_KEY}},
+                "models": {"stalls": ["fake/sleep-3000", "fake/echo"],
+                           "queued": ["fake/late-1500", "fake/echo"],
+                           "slow-hedge": ["fake/sleep-400", "fake/sleep-3000"],
+                           "no-hedge": ["fake/sleep-600", "fake/echo"]},
+                "routing": {"ordered": ["stalls", "queued", "slow-hedge", "no-hedge"], "hedge": {"max_s": 0.2}},
+                "keys": [{"name": "app", "key": CLIENT_KEY}]}
+    with GatewayProcess(settings, tmp_path_factory.mktemp("hedging")) as running:
+        yield running
+
+
+def stream(gateway: GatewayProcess, alias: str) -> tuple[str, str, float]:
+    """(x-firsttoken-route, the answer, seconds to its first token)."""
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=CLIENT_KEY, max_retries=0, timeout=20)
+    started = time.perf_counter()
+    raw = client.chat.completions.with_raw_response.create(model=alias, messages=USER, stream=True)
+    first, text = 0.0, ""
+    for chunk in raw.parse():
+        if chunk.choices and chunk.choices[0].delta.content:
+            first = first or time.perf_counter() - started
+            text += chunk.choices[0].delta.content
+    return raw.headers["x-firsttoken-route"], text, first
+
+
+def test_a_late_first_token_is_raced_and_the_hedge_wins(gateway, upstream) -> None:
+    before = upstream.stats.by_model.copy()
+    route, text, first = stream(gateway, "stalls")
+    assert route == "fake/echo; hedge-of=fake/sleep-3000" and text == "echo: race me"
+    assert first < 1.5  # the hedge went out at 0.2 s; waiting for the first target would take 3 s
+    assert upstream.stats.by_model["sleep-3000"] - before["sleep-3000"] == 1
+    assert upstream.stats.by_model["echo"] - before["echo"] == 1
+
+
+def test_the_loser_is_cut_off_so_its_provider_stops_generating(gateway, upstream) -> None:
+    aborted = upstream.stats.aborted_streams
+    route, text, _ = stream(gateway, "queued")  # its stream is open, its first token 1.5 s away
+    assert route == "fake/echo; hedge-of=fake/late-1500" and text == "echo: race me"
+    deadline = time.monotonic() + 5
+    while upstream.stats.aborted_streams == aborted and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert upstream.stats.aborted_streams == aborted + 1  # its next write found the connection closed
+
+
+def test_the_first_target_can_still_win_after_a_hedge_went_out(gateway) -> None:
+    route, text, _ = stream(gateway, "slow-hedge")
+    assert route == "fake/sleep-400; hedged-by=fake/sleep-3000" and text == "echo: race me"
+
+
+def test_without_hedge_budget_nothing_is_raced(upstream, tmp_path) -> None:
+    settings = {"upstreams": {"fake": {"url": upstream.url, "key": UPSTREAM_KEY}},
+                "models": {"no-hedge": ["fake/sleep-600", "fake/echo"]},
+                "routing": {"ordered": ["no-hedge"], "hedge": {"max_s": 0.1, "budget": 0}},
+                "keys": [{"name": "app", "key": CLIENT_KEY}]}
+    with GatewayProcess(settings, tmp_path) as running:
+        route, text, first = stream(running, "no-hedge")
+    assert route == "fake/sleep-600" and text == "echo: race me" and first >= 0.55
