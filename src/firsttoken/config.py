@@ -160,6 +160,7 @@ class Hedge(_Strict):
     enabled: bool = Field(True, description="race a second target when the first token is late")
     budget: float = Field(0.05, ge=0, le=1, description="hedges per client request, on average")
     percentile: float = Field(90, gt=0, lt=100, description="the target's recent TTFT percentile to wait for")
+    median_times: float = Field(3.0, gt=1, description="…but never more than this many times its median")
     min_s: float = Field(0.05, ge=0, description="never hedge sooner than this")
     max_s: float = Field(2.0, gt=0, description="never wait longer than this (also before any measurement)")
     min_samples: int = Field(20, ge=1, description="measured first tokens before the percentile is trusted")

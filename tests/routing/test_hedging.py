@@ -23,7 +23,8 @@ def gateway(upstream, tmp_path_factory):
                            "queued": ["fake/late-1500", "fake/echo"],
                            "slow-hedge": ["fake/sleep-400", "fake/sleep-3000"],
                            "no-hedge": ["fake/sleep-600", "fake/echo"]},
-                "routing": {"ordered": ["stalls", "queued", "slow-hedge", "no-hedge"], "hedge": {"max_s": 0.2}},
+                "routing": {"ordered": ["stalls", "queued", "slow-hedge", "no-hedge"],
+                            "hedge": {"max_s": 0.2, "budget": 1.0}},  # every request may hedge
                 "keys": [{"name": "app", "key": CLIENT_KEY}]}
     with GatewayProcess(settings, tmp_path_factory.mktemp("hedging")) as running:
         yield running

@@ -116,3 +116,18 @@ def test_with_several_targets_two_are_drawn_by_weight() -> None:
     firsts = [route.order("chat", [NEAR, FAR, third], stream=True)[0] for _ in range(200)]
     # Drawn almost always, the heavy far one is one of the two; then the cheaper of the pair goes first.
     assert firsts.count(NEAR) + firsts.count(third) > 190 and firsts.count(third) > 0
+
+
+def test_hedges_start_with_none_saved_and_wait_for_a_late_first_token() -> None:
+    clock = Clock()
+    route = router(clock, hedge={"budget": 0.5, "min_samples": 4, "max_s": 2.0})
+    assert route.hedge_delay(NEAR) == 2.0  # nothing measured yet: the bound
+    route.order("chat", [NEAR, FAR], stream=True)
+    assert not route.may_hedge()  # half a token: hedges never run ahead of their share
+    route.order("chat", [NEAR, FAR], stream=True)
+    assert route.may_hedge() and not route.may_hedge()
+    for ms in (50, 52, 55, 60, 2000):  # one stall in five: the p90 is the stall, three medians are not
+        route.started(NEAR)
+        route.succeeded(NEAR, True, ms)
+    assert route.hedge_delay(NEAR) == pytest.approx(0.165)
+    assert router(clock, hedge={"enabled": False}).hedge_delay(NEAR) is None

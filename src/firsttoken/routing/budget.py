@@ -6,10 +6,11 @@ from __future__ import annotations
 
 
 class Budget:
-    def __init__(self, ratio: float, reserve: float = 10.0) -> None:
+    def __init__(self, ratio: float, reserve: float = 10.0, full: bool = True) -> None:
         self.ratio = ratio
         self.reserve = reserve  # the most saved up: a burst of failures after a quiet hour is still bounded
-        self.tokens = reserve
+        # Full: the first requests may already retry. Empty: never more than `ratio` of all requests so far.
+        self.tokens = reserve if full else 0.0
 
     def earn(self) -> None:
         self.tokens = min(self.reserve, self.tokens + self.ratio)
