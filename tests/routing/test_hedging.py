@@ -75,3 +75,14 @@ def test_without_hedge_budget_nothing_is_raced(upstream, tmp_path) -> None:
     with GatewayProcess(settings, tmp_path) as running:
         route, text, first = stream(running, "no-hedge")
     assert route == "fake/sleep-600" and text == "echo: race me" and first >= 0.55
+
+
+def test_a_late_whole_answer_is_raced_too(gateway) -> None:
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=CLIENT_KEY, max_retries=0, timeout=20)
+    started = time.perf_counter()
+    raw = client.chat.completions.with_raw_response.create(model="stalls", messages=USER)
+    assert raw.headers["x-firsttoken-route"] == "fake/echo; hedge-of=fake/sleep-3000"
+    assert raw.parse().choices[0].message.content == "echo: race me"
+    assert time.perf_counter() - started < 1.5
+    raw = client.chat.completions.with_raw_response.create(model="slow-hedge", messages=USER)
+    assert raw.headers["x-firsttoken-route"] == "fake/sleep-400; hedged-by=fake/sleep-3000"

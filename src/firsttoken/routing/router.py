@@ -90,14 +90,15 @@ class Router:
     def may_retry(self) -> bool:
         return self.retries.spend()
 
-    def hedge_delay(self, target: Target) -> float | None:
-        """Seconds to wait for a stream's first token from `target` before racing the next target: its
+    def hedge_delay(self, target: Target, stream: bool = True) -> float | None:
+        """Seconds to wait for the first token from `target` (a whole answer's first byte, for one that is not
+        streamed) before racing the next target: its
         recent p90, but no more than three times its median (where stalls are common, 10 % and more, the
         p90 is itself a stall), within bounds; None when hedging is off."""
         hedge = self.settings.hedge
         if not hedge.enabled:
             return None
-        estimate = self.state(target).streams
+        estimate = self.state(target).estimate(stream)
         if len(estimate.recent) < hedge.min_samples:
             return hedge.max_s
         late = min(estimate.percentile(hedge.percentile) or 0.0, hedge.median_times * (estimate.percentile(50) or 0.0))

@@ -25,7 +25,7 @@ from firsttoken.journey.timeline import Timeline
 from firsttoken.relay import Capture, Relay
 from firsttoken.routing.router import Router
 from firsttoken.routing.targets import Target
-from firsttoken.server.hedge import Lane, Race
+from firsttoken.server.hedge import Lane, Race, race_whole
 from firsttoken.server.http import (
     SSE_HEADERS,
     ClientStalled,
@@ -157,23 +157,44 @@ def _judge(router: Router, target: Target, stream: bool, timeline: Timeline, fai
         router.settled(target)
 
 
+@dataclass(slots=True)
+class Fetched:
+    """A whole answer read from a target, not yet sent."""
+    link: UpstreamLink
+    response: aiohttp.ClientResponse
+    data: bytes
+
+
 async def forward_complete(upstreams: Upstreams, alarms: Alarms, router: Router, targets: list[Target],
                            build: BuildRequest, translate: Callable[[UpstreamLink, bytes], bytes], send: Send,
                            base_headers: Headers, timeline: Timeline, keep: Keep | None = None) -> None:
-    """A non-streaming request: the first target that answers well is the answer."""
-    failure: GatewayError | None = None
-    for index, target in enumerate(targets):
-        if index and not router.may_retry():
-            break
+    """A non-streaming request: the first target that answers well is the answer; one that is late is
+    raced by the next (hedged), and the first whole answer wins."""
+
+    async def fetch(target: Target, record: Timeline, lost: set[Target]) -> Fetched | GatewayError:
         router.started(target)
         try:
-            failure = await _complete(upstreams, alarms, target, build, translate, send, base_headers, timeline, keep)
+            outcome = await _fetch(upstreams, alarms, target, build, record)
         except BaseException:
-            router.settled(target)
+            if target not in lost:
+                router.settled(target)
             raise
-        _judge(router, target, False, timeline, failure)
-        if failure is None:
+        _judge(router, target, False, record, outcome if isinstance(outcome, GatewayError) else None)
+        return outcome
+
+    failure: GatewayError | None = None
+    waiting = list(targets)
+    while waiting:
+        if failure is not None and not router.may_retry():
+            break
+        target = waiting.pop(0)
+        delay = router.hedge_delay(target, stream=False) if waiting else None
+        outcome = await (fetch(target, timeline, set()) if delay is None else
+                         race_whole(router, fetch, target, waiting, delay, timeline))
+        if isinstance(outcome, Fetched):
+            await _deliver(outcome, translate, send, base_headers, timeline, keep)
             return
+        failure = outcome
         if failure.status not in RETRYABLE_STATUS:
             break
     assert failure is not None
@@ -182,27 +203,37 @@ async def forward_complete(upstreams: Upstreams, alarms: Alarms, router: Router,
     await send_error(send, failure, response_headers(base_headers, timeline))
 
 
-async def _complete(upstreams: Upstreams, alarms: Alarms, target: Target, build: BuildRequest,
-                    translate: Callable[[UpstreamLink, bytes], bytes], send: Send, base_headers: Headers,
-                    timeline: Timeline, keep: Keep | None) -> GatewayError | None:
-    """One target's whole answer, sent to the client when it is a good one; else why not."""
+async def _fetch(upstreams: Upstreams, alarms: Alarms, target: Target, build: BuildRequest,
+                 timeline: Timeline) -> Fetched | GatewayError:
+    """One target's whole answer, read; else why not."""
     attempt = await _attempt(upstreams, alarms, target, build, timeline)
     link, response = attempt.link, attempt.response
     if response is None:
+        assert attempt.failure is not None
         return attempt.failure
     try:
         with alarms.deadline(alarms.now() + link.settings.timeouts.idle):
             data = await response.read()
     except TimeoutError:
+        response.close()
         return _timeout(link, "idle")
     except CONNECTION_ERRORS as exc:
+        response.close()
         return _connection_error(link, exc)
-    finally:
-        response.release()
+    except BaseException:  # cancelled (it lost a race, or the client left): the provider stops generating
+        response.close()
+        raise
+    response.release()
     if response.status >= 300:
         return _refusal(link, response, data)
+    return Fetched(link, response, data)
+
+
+async def _deliver(fetched: Fetched, translate: Callable[[UpstreamLink, bytes], bytes], send: Send,
+                   base_headers: Headers, timeline: Timeline, keep: Keep | None) -> None:
+    response = fetched.response
     headers = response_headers(base_headers, timeline) + passthrough_headers(response)
-    answer = translate(link, data)
+    answer = translate(fetched.link, fetched.data)
     timeline.output_tokens = usage_count(answer, _COMPLETION_TOKENS)
     timeline.input_tokens = usage_count(answer, _PROMPT_TOKENS)
     timeline.status = response.status
@@ -210,7 +241,6 @@ async def _complete(upstreams: Upstreams, alarms: Alarms, target: Target, build:
     timeline.last_byte = perf_counter()
     if keep is not None and response.status == 200:
         keep("json", answer, response.headers)
-    return None
 
 
 class StreamForwarder:

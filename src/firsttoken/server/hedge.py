@@ -1,7 +1,9 @@
-"""A hedged stream: when the first target's first token is late, the same request goes to the next target
+"""Hedged requests: when the first target's first token is late, the same request goes to the next target
 too, and the first of the two to produce a token is the answer ("The Tail at Scale"'s hedged requests,
-at the first token, where an LLM's tail lives: the GPU queue and the cold start).
+at the first token, where an LLM's tail lives: the GPU queue and the cold start). An answer that is not
+streamed is raced whole (race_whole): the first complete answer wins.
 
+For a stream:
 Each racer is a lane: its own attempt, its own timeline (the first lane's is the request's own), and a
 relay whose writes the race holds back until a winner is known. The first lane whose relay writes with a
 token seen wins: the race adopts its timeline into the request's, hands it the request's capture,
@@ -16,7 +18,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from time import perf_counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from firsttoken.errors import GatewayError
 from firsttoken.journey.timeline import Timeline
@@ -25,6 +27,7 @@ from firsttoken.routing.targets import Target
 from firsttoken.server.http import Headers
 
 if TYPE_CHECKING:
+    from firsttoken.routing.router import Router
     from firsttoken.server.forward import StreamForwarder
 
 
@@ -117,3 +120,46 @@ class Race:
                 return outcome
         failures = [o for o in outcomes if isinstance(o, GatewayError)]
         return failures[-1] if failures else None
+
+
+# An attempt at a whole answer: the answer (anything but a GatewayError), or why there is none. The set
+# holds the targets that lost a race: the router was told already.
+Fetch = Callable[[Target, Timeline, set[Target]], Awaitable[Any]]
+
+
+async def race_whole(router: Router, fetch: Fetch, first: Target, waiting: list[Target], delay: float,
+                     timeline: Timeline) -> Any:
+    """`first`, raced by the next target when its answer is later than `delay`: the first whole answer
+    wins, and the other's connection is closed."""
+    lost: set[Target] = set()
+    lanes = {asyncio.ensure_future(fetch(first, timeline, lost)): (first, timeline)}
+    await asyncio.wait(lanes, timeout=delay)
+    if not any(lane.done() for lane in lanes) and router.ready(waiting[0]) and router.may_hedge():
+        second = waiting.pop(0)
+        twin = timeline.for_hedge()
+        lanes[asyncio.ensure_future(fetch(second, twin, lost))] = (second, twin)
+    labels = [target.label.encode() for target, _ in lanes.values()]
+    pending = set(lanes)
+    outcome: Any = None
+    try:
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for lane in done:
+                outcome = lane.result()
+                if isinstance(outcome, GatewayError):
+                    continue
+                target, record = lanes[lane]
+                for other in pending:
+                    loser, its = lanes[other]
+                    lost.add(loser)
+                    router.lost(loser, False, (perf_counter() - its.sent) * 1000.0)
+                    other.cancel()  # closes its connection
+                if record is not timeline:
+                    timeline.adopt(record)
+                if len(labels) > 1:
+                    timeline.hedge = (b"; hedged-by=" + labels[1]) if target is first else (b"; hedge-of=" + labels[0])
+                return outcome
+    finally:
+        for lane in pending:
+            lane.cancel()
+    return outcome
