@@ -4,6 +4,7 @@ request still succeeds, and a 429 cools its target for the Retry-After it sent."
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 import openai
@@ -22,8 +23,9 @@ def gateway(upstream, tmp_path_factory):
                 "models": {"speedy": ["fake/sleep-400", "fake/sleep-20"],
                            "failing": ["fake/error-500", "fake/echo"],
                            "limited": ["fake/error-429", "fake/echo"],
-                           "fixed": ["fake/sleep-400", "fake/sleep-20"]},
-                "routing": {"ordered": ["fixed"]},
+                           "fixed": ["fake/sleep-400", "fake/sleep-20"],
+                           "hangs": ["fake/hang", "fake/echo"]},
+                "routing": {"ordered": ["fixed", "hangs"], "hedge": {"enabled": False}},
                 "keys": [{"name": "app", "key": CLIENT_KEY}]}
     with GatewayProcess(settings, tmp_path_factory.mktemp("routing")) as running:
         yield running
@@ -63,3 +65,30 @@ def test_a_429_cools_its_target_for_its_retry_after(gateway, upstream) -> None:
     before = upstream.stats.by_model["error-429"]
     assert routes(gateway, "limited", 10) == {"fake/echo": 10}
     assert upstream.stats.by_model["error-429"] - before == 1  # Retry-After: 7 s, and the test takes less
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_clients_deadline_is_honoured(gateway, upstream, stream: bool) -> None:
+    before = upstream.stats.by_model["echo"]
+    started = time.perf_counter()
+    with pytest.raises(openai.APIStatusError) as gave_up:
+        client(gateway).chat.completions.create(model="hangs", messages=USER, stream=stream,
+                                                extra_headers={"x-firsttoken-timeout": "0.5"})
+    assert 0.45 < time.perf_counter() - started < 2.0
+    assert gave_up.value.status_code == 504 and gave_up.value.code == "client_deadline"
+    assert "0.5 s this request allowed (x-firsttoken-timeout)" in gave_up.value.message
+    assert upstream.stats.by_model["echo"] == before  # nothing was tried after the deadline
+
+
+def test_the_sdks_read_timeout_bounds_a_whole_answer(gateway) -> None:
+    slow = openai.OpenAI(base_url=gateway.url + "/v1", api_key=CLIENT_KEY, max_retries=0, timeout=0.6)
+    started = time.perf_counter()
+    with pytest.raises((openai.APIStatusError, openai.APITimeoutError)):
+        slow.chat.completions.create(model="hangs", messages=USER)
+    assert time.perf_counter() - started < 2.0
+
+
+def test_a_deadline_that_is_not_a_number_is_refused(gateway) -> None:
+    with pytest.raises(openai.BadRequestError, match="x-firsttoken-timeout must be a number"):
+        client(gateway).chat.completions.create(model="chat-never-reached", messages=USER,
+                                                extra_headers={"x-firsttoken-timeout": "soon"})

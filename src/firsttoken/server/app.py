@@ -6,6 +6,7 @@ import asyncio
 import gc
 import itertools
 import logging
+import math
 import os
 from collections.abc import Awaitable, Callable
 from time import perf_counter
@@ -34,7 +35,14 @@ from firsttoken.routing.targets import Target, TargetResolver
 from firsttoken.server import validate
 from firsttoken.server.auth import ClientKeys
 from firsttoken.server.cached import send_cached, send_followed
-from firsttoken.server.forward import Keep, StreamForwarder, client_wants_usage, forward_complete
+from firsttoken.server.forward import (
+    CLIENT_DEADLINE,
+    ClientDeadline,
+    Keep,
+    StreamForwarder,
+    client_wants_usage,
+    forward_complete,
+)
 from firsttoken.server.http import (
     ClientDisconnected,
     ClientStalled,
@@ -202,6 +210,7 @@ class Gateway:
         timeline.model, timeline.stream = model, stream
         targets = self.resolver.resolve(model)
         charge = await self.client_limits.admit(timeline.tenant, body) if self.client_limits else None
+        CLIENT_DEADLINE.set(client_deadline(scope["headers"], stream, self.alarms.now()))
         try:
             await self._chat(scope, receive, send, base, timeline, body, model, stream, targets)
         finally:
@@ -272,6 +281,7 @@ class Gateway:
         timeline.model = validate.embeddings_request(body)
         targets = self.router.order(timeline.model, self.resolver.resolve(timeline.model), False)
         charge = await self.client_limits.admit(timeline.tenant, body) if self.client_limits else None
+        CLIENT_DEADLINE.set(client_deadline(scope["headers"], False, self.alarms.now()))
         try:
             await self._embed(receive, send, base, timeline, body, targets)
         finally:
@@ -418,3 +428,23 @@ def upstream_tokens(timeline: Timeline) -> int | None:
     if timeline.input_tokens is None and timeline.output_tokens is None:
         return None
     return (timeline.input_tokens or 0) + (timeline.output_tokens or 0)
+
+
+def client_deadline(headers: Headers, stream: bool, now: float) -> ClientDeadline | None:
+    """How long the client will wait: `x-firsttoken-timeout` (seconds) when it says; else, for an answer
+    that is not streamed, the read timeout the OpenAI and Anthropic SDKs announce (x-stainless-read-timeout:
+    nothing reaches the client before the answer, so it gives up after that). A stream's heartbeats keep
+    its reads alive, so the SDK's read timeout does not bound it."""
+    for name, value in headers:
+        if name == b"x-firsttoken-timeout" or (name == b"x-stainless-read-timeout" and not stream):
+            try:
+                seconds = float(value)
+            except ValueError:
+                if name == b"x-firsttoken-timeout":
+                    raise GatewayError(400, f"x-firsttoken-timeout must be a number of seconds, got "
+                                            f"{value.decode(errors='replace')!r}.", param="x-firsttoken-timeout",
+                                       code="invalid_header") from None
+                continue
+            if seconds > 0 and math.isfinite(seconds):
+                return ClientDeadline(now + seconds, seconds, name.decode())
+    return None

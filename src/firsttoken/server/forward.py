@@ -12,6 +12,7 @@ import asyncio
 import logging
 import re
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
@@ -101,6 +102,27 @@ async def _open(link: UpstreamLink, request: UpstreamRequest, timeline: Timeline
     return response
 
 
+CLIENT_GAVE_UP = "client_deadline"
+
+
+@dataclass(frozen=True, slots=True)
+class ClientDeadline:
+    """When the client stops waiting (on the alarms' clock), and the header that said so."""
+    at: float
+    seconds: float
+    header: str
+
+    def passed(self) -> GatewayError:
+        return GatewayError(504, f"No answer came within the {self.seconds:g} s this request allowed "
+                                 f"({self.header}); nothing more was tried. Allow longer, or try again.",
+                            "timeout_error", code=CLIENT_GAVE_UP)
+
+
+# The request's deadline, set by the server for the request's task (and so for its hedges' tasks): every
+# attempt waits no longer, and none starts after it.
+CLIENT_DEADLINE: ContextVar[ClientDeadline | None] = ContextVar("client_deadline", default=None)
+
+
 @dataclass(slots=True)
 class Attempt:
     """One target tried: its link, and the response headers or why there are none."""
@@ -121,13 +143,19 @@ async def _attempt(upstreams: Upstreams, alarms: Alarms, target: Target, build: 
     timeline.attempts += 1
     timeline.sent = perf_counter()
     attempt = Attempt(link, alarms.now() + link.settings.timeouts.first_byte)
+    client = CLIENT_DEADLINE.get()
+    if client is not None and client.at < attempt.deadline:
+        if client.at <= alarms.now():
+            attempt.failure = client.passed()
+            return attempt
+        attempt.deadline = client.at
     try:
         with alarms.deadline(attempt.deadline):
             attempt.response = await _open(link, request, timeline)
     except aiohttp.ServerTimeoutError as exc:  # a TimeoutError too, but the connect's own
         attempt.failure = _connection_error(link, exc)
     except TimeoutError:
-        attempt.failure = _timeout(link)
+        attempt.failure = client.passed() if client is not None and attempt.deadline == client.at else _timeout(link)
     except CONNECTION_ERRORS as exc:
         attempt.failure = _connection_error(link, exc)
     return attempt
@@ -143,12 +171,18 @@ def _refusal(link: UpstreamLink, response: aiohttp.ClientResponse, data: bytes) 
     return error
 
 
+def _retryable(failure: GatewayError) -> bool:
+    return failure.status in RETRYABLE_STATUS and failure.code != CLIENT_GAVE_UP
+
+
 def _judge(router: Router, target: Target, stream: bool, timeline: Timeline, failure: GatewayError | None,
            broken: bool = False) -> None:
     """What one attempt tells the router about its target."""
     if failure is None and not broken:
         first = (timeline.first_token or timeline.first_byte) if stream else timeline.first_byte
         router.succeeded(target, stream, (first - timeline.sent) * 1000.0 if first and timeline.sent else None)
+    elif failure is not None and failure.code == CLIENT_GAVE_UP:
+        router.settled(target)  # the client's own deadline says nothing of the target
     elif failure is not None and failure.status == 429:
         router.rate_limited(target, failure.headers.get("retry-after"))
     elif broken or (failure is not None and failure.status in RETRYABLE_STATUS):
@@ -195,7 +229,7 @@ async def forward_complete(upstreams: Upstreams, alarms: Alarms, router: Router,
             await _deliver(outcome, translate, send, base_headers, timeline, keep)
             return
         failure = outcome
-        if failure.status not in RETRYABLE_STATUS:
+        if not _retryable(failure):
             break
     assert failure is not None
     log.warning("request failed after %d attempt(s): %s", timeline.attempts, failure.message)
@@ -300,7 +334,7 @@ class StreamForwarder:
             target = waiting.pop(0)
             delay = self.router.hedge_delay(target) if waiting else None
             failure = await (self._stream(target) if delay is None else self._race(target, waiting, delay))
-            if failure is None or failure.status not in RETRYABLE_STATUS:
+            if failure is None or not _retryable(failure):
                 return failure
         return failure
 
