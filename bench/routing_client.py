@@ -1,0 +1,89 @@
+"""What the routing benchmarks share: the misbehaving upstream's process and counts, and a client that
+sends streams (or whole requests) through the gateway and records each one's outcome, route and time to
+first token."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import fixtures
+import httpx
+from gateway_overhead import ROOT, WORK, process
+from wrk import CLIENT_KEY
+
+
+@dataclass(frozen=True)
+class Outcome:
+    ok: bool  # a whole answer, without an error event
+    route: str  # x-firsttoken-route
+    ttft_s: float  # to the first content (a whole answer: to the answer)
+
+
+@contextmanager
+def misbehaving_upstream() -> Iterator[int]:
+    """bench/misbehaving_upstream.py on a free loopback port: its port."""
+    port = fixtures.free_port()
+    argv = [str(ROOT / ".venv" / "bin" / "python"), str(ROOT / "bench" / "misbehaving_upstream.py"), str(port)]
+    with process(argv, WORK / "misbehaving-upstream.log"):
+        fixtures.wait_for(f"http://127.0.0.1:{port}/v1/models")
+        yield port
+
+
+def counts(port: int) -> dict[str, int]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/counts", timeout=5) as reply:
+        return json.loads(reply.read())
+
+
+def degrade(port: int, model: str, ms: int) -> None:
+    urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/degrade?model={model}&ms={ms}",
+                                                  method="POST"), timeout=5).read()
+
+
+async def send(url: str, requests: int, concurrency: int, stream: bool | None = True,
+               model: str = "chat") -> list[Outcome]:
+    """`requests` requests, `concurrency` at a time, in order of sending; stream None alternates."""
+    outcomes: list[Outcome | None] = [None] * requests
+    queue = iter(range(requests))
+    async with httpx.AsyncClient(base_url=url, timeout=30,
+                                 headers={"authorization": f"Bearer {CLIENT_KEY}"}) as client:
+        async def worker() -> None:
+            for n in queue:
+                streaming = (n % 2 == 0) if stream is None else stream
+                body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "stream": streaming}
+                started = time.perf_counter()
+                first, ok = None, False
+                async with client.stream("POST", "/v1/chat/completions", json=body) as reply:
+                    route = reply.headers.get("x-firsttoken-route", "")
+                    if not streaming:
+                        answer = json.loads(await reply.aread())
+                        ok = reply.status_code == 200 and bool(answer.get("choices"))
+                        first = time.perf_counter() - started
+                    else:
+                        errored = False
+                        async for line in reply.aiter_lines():
+                            if line.startswith('data: {"error"'):
+                                errored = True
+                            elif first is None and line.startswith("data: {") and _content(line[6:]):
+                                first = time.perf_counter() - started
+                            elif line == "data: [DONE]":
+                                ok = reply.status_code == 200 and not errored and first is not None
+                outcomes[n] = Outcome(ok, route, first if first is not None else float("nan"))
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return [o for o in outcomes if o is not None]
+
+
+def _content(payload: str) -> str:
+    choices = json.loads(payload).get("choices") or [{}]
+    return (choices[0].get("delta") or {}).get("content") or ""
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest rank."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, int(round(q / 100 * len(ordered))) - 1))]
