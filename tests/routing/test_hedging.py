@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+import httpx
 import openai
 import pytest
 
@@ -50,6 +51,10 @@ def test_a_late_first_token_is_raced_and_the_hedge_wins(gateway, upstream) -> No
     assert first < 1.5  # the hedge went out at 0.2 s; waiting for the first target would take 3 s
     assert upstream.stats.by_model["sleep-3000"] - before["sleep-3000"] == 1
     assert upstream.stats.by_model["echo"] - before["echo"] == 1
+    journey = httpx.get(gateway.url + "/v1/journeys?limit=1", headers={"authorization": f"Bearer {CLIENT_KEY}"})
+    latest = journey.json()["data"][0]
+    assert latest["route"] == "fake/echo" and latest["hedge"] == "hedge-of=fake/sleep-3000"
+    assert latest["attempts"] == 2
 
 
 def test_the_loser_is_cut_off_so_its_provider_stops_generating(gateway, upstream) -> None:

@@ -52,6 +52,7 @@ class Journey:
     upstream_timing: dict[str, float] = field(default_factory=dict)
     handshake: dict[str, float] | None = None  # dns, tcp, tls (ms) of a connection opened for this request
     cache: str = "bypass"  # the edge cache's outcome: bypass | miss | hit
+    hedge: str = ""  # "hedge-of=<the first target>" when a hedge won, "hedged-by=<the hedge>" when it lost
     verdict: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -124,7 +125,7 @@ def attribute(timeline: Timeline) -> Journey:
                       timeline.upstream, timeline.stream, timeline.status, timeline.attempts, timeline.reused, p,
                       timeline.output_tokens, timeline.input_tokens, timeline.token_events, rate, itl_max,
                       upstream_timing, timeline.handshake.as_dict() if timeline.handshake is not None else None,
-                      timeline.cache.decode())
+                      timeline.cache.decode(), timeline.hedge.decode().removeprefix("; "))
     return Journey(**{**journey.__dict__, "verdict": verdict(journey, provider)})
 
 
