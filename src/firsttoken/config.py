@@ -72,6 +72,11 @@ class Pool(_Strict):
     keepalive_s: float = Field(60.0, gt=0, description="how long an idle connection is kept by us")
 
 
+class KeepWarm(_Strict):
+    idle_s: float | None = Field(None, gt=0, description="idle seconds after which a ping goes; learned if unset")
+    max_per_hour: int = Field(60, ge=1, description="pings per target per hour, at most")
+
+
 class Upstream(_Strict):
     url: str
     api: Literal["openai", "anthropic", "azure"] = "openai"
@@ -84,6 +89,7 @@ class Upstream(_Strict):
     ca_file: str | None = None  # a CA bundle to trust for this upstream's TLS (a private or corporate CA)
     timeouts: Timeouts = Field(default_factory=Timeouts)
     pool: Pool = Field(default_factory=Pool)
+    keep_warm: KeepWarm | None = Field(None, description="a scale-to-zero upstream: ping its models when idle")
 
     _region = field_validator("region")(lambda cls, value: _known_place(value))
 

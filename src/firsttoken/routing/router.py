@@ -14,10 +14,11 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from firsttoken.config import Routing
 from firsttoken.routing.budget import Budget
+from firsttoken.routing.coldstart import ColdStarts
 from firsttoken.routing.estimate import TtftEstimate
 from firsttoken.routing.health import Health
 from firsttoken.routing.targets import Target
@@ -25,11 +26,15 @@ from firsttoken.routing.targets import Target
 
 @dataclass(slots=True)
 class TargetState:
+    target: Target
     health: Health
     streams: TtftEstimate  # first token of a stream
     answers: TtftEstimate  # first byte of a whole answer (all of it, generated)
     in_flight: int = 0
     weight: float = 1.0
+    cold: ColdStarts = field(default_factory=ColdStarts)
+    idle_since: float | None = None  # when its last request ended (None: nothing yet, or busy)
+    woke_after_s: float | None = None  # how long it had been idle when its current stream started
 
     def estimate(self, stream: bool) -> TtftEstimate:
         return self.streams if stream else self.answers
@@ -40,7 +45,7 @@ class Router:
                  clock: Callable[[], float] = time.monotonic, rng: random.Random | None = None) -> None:
         self.settings = settings
         self._floor_ms = floor_ms
-        self._clock = clock
+        self.clock = clock
         self._random = rng or random.Random()
         self._states: dict[str, TargetState] = {}
         self.retries = Budget(settings.retry_budget)
@@ -53,7 +58,7 @@ class Router:
             breaker = self.settings.breaker
             floor = self._floor_ms(target.upstream)
             found = self._states[target.label] = TargetState(
-                Health(breaker.failures, breaker.open_s, breaker.max_open_s), TtftEstimate(floor),
+                target, Health(breaker.failures, breaker.open_s, breaker.max_open_s), TtftEstimate(floor),
                 TtftEstimate(floor), weight=self.settings.weights.get(target.label, 1.0))
         return found
 
@@ -63,7 +68,7 @@ class Router:
         self.hedges.earn()
         if len(targets) < 2:
             return targets
-        now = self._clock()
+        now = self.clock()
         ready = [t for t in targets if self.state(t).health.available(now)]
         resting = [t for t in targets if t not in ready]
         if alias in self.settings.ordered or self.settings.strategy == "ordered":
@@ -106,7 +111,7 @@ class Router:
 
     def ready(self, target: Target) -> bool:
         """Whether `target` may take a request now (not open-circuited, not cooling after a 429)."""
-        return self.state(target).health.available(self._clock())
+        return self.state(target).health.available(self.clock())
 
     def may_hedge(self) -> bool:
         return self.hedges.spend()
@@ -115,27 +120,47 @@ class Router:
 
     def started(self, target: Target) -> None:
         state = self.state(target)
+        if state.in_flight == 0 and state.idle_since is not None:
+            state.woke_after_s = self.clock() - state.idle_since
+        state.idle_since = None
         state.in_flight += 1
         state.health.started()
 
     def succeeded(self, target: Target, stream: bool, first_ms: float | None) -> None:
+        woke_after_s = self.state(target).woke_after_s
         state = self._finish(target)
         state.health.succeeded()
         if first_ms is not None:
-            state.estimate(stream).observe(first_ms, self._clock())
+            state.estimate(stream).observe(first_ms, self.clock())
+            if stream:
+                state.cold.observe(first_ms, woke_after_s)
+
+    # --- idleness, for keep-warm ----------------------------------------------------------------
+
+    def states(self) -> list[TargetState]:
+        return list(self._states.values())
+
+    def idle_for(self, state: TargetState) -> float:
+        """Seconds since its last request ended; 0 while one is under way or none has been."""
+        return 0.0 if state.idle_since is None or state.in_flight else self.clock() - state.idle_since
+
+    def pinged(self, state: TargetState) -> None:
+        """A keep-warm ping went: the platform's idle timer starts again from now."""
+        if state.in_flight == 0:
+            state.idle_since = self.clock()
 
     def failed(self, target: Target) -> None:
-        self._finish(target).health.failed(self._clock())
+        self._finish(target).health.failed(self.clock())
 
     def lost(self, target: Target, stream: bool, waited_ms: float) -> None:
         """It lost a race: its first token would have come no sooner than `waited_ms` (a lower bound, kept
         as a measurement so that a target that keeps losing stops being tried first)."""
         state = self._finish(target)
         state.health.settled()
-        state.estimate(stream).observe(waited_ms, self._clock())
+        state.estimate(stream).observe(waited_ms, self.clock())
 
     def rate_limited(self, target: Target, retry_after: str | None) -> None:
-        self._finish(target).health.rate_limited(self._clock(), retry_after)
+        self._finish(target).health.rate_limited(self.clock(), retry_after)
 
     def settled(self, target: Target) -> None:
         """Ended with neither verdict: a refusal that was the client's to see (a 400, a 401)."""
@@ -144,4 +169,7 @@ class Router:
     def _finish(self, target: Target) -> TargetState:
         state = self.state(target)
         state.in_flight = max(0, state.in_flight - 1)
+        state.woke_after_s = None
+        if state.in_flight == 0:
+            state.idle_since = self.clock()
         return state

@@ -30,7 +30,8 @@ from firsttoken.journey.sink import JourneySink
 from firsttoken.journey.tcp_info import RttReader, client_transport
 from firsttoken.journey.timeline import Timeline
 from firsttoken.routing.client_limits import ClientLimits
-from firsttoken.routing.router import Router
+from firsttoken.routing.keepwarm import KeepWarm
+from firsttoken.routing.router import Router, TargetState
 from firsttoken.routing.targets import Target, TargetResolver
 from firsttoken.server import validate
 from firsttoken.server.auth import ClientKeys
@@ -100,6 +101,7 @@ class Gateway:
         self._ids = itertools.count(1)
         self.resolver = TargetResolver(settings, self.upstreams.listed_models)
         self.router = Router(settings.routing, lambda upstream: self.upstreams[upstream].floor_ms)
+        self.keep_warm = KeepWarm(self.router, self.upstreams)
         self.keys = ClientKeys(settings.keys)
         self.client_limits = ClientLimits(settings.keys, settings.limits.redis)
         self.max_body = settings.limits.max_body_bytes
@@ -114,6 +116,7 @@ class Gateway:
             self.routes.setdefault(f"/v1{path}", {})[method] = handler
             self.routes.setdefault(path, {})[method] = handler
         self.routes["/v1/journeys"] = {"GET": self.journey_list}
+        self.routes["/v1/routing"] = {"GET": self.routing}
         self.prefix_routes: dict[str, dict[str, Handler]] = {"/v1/journeys/": {"GET": self.journey}}
         self.routes["/metrics"] = {"GET": self.prometheus}
         self.routes["/healthz"] = {"GET": self.healthz}
@@ -139,6 +142,7 @@ class Gateway:
                     if self.embedded is not None:
                         await self.embedded.start()
                     await self.upstreams.start()
+                    self.keep_warm.start()
                 except Exception as exc:  # reported to the server, which refuses to start
                     await send({"type": "lifespan.startup.failed", "message": str(exc)})
                     return
@@ -148,6 +152,7 @@ class Gateway:
                 gc.freeze()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                await self.keep_warm.close()
                 await self.upstreams.close()
                 if self.embedded is not None:
                     await self.embedded.close()
@@ -313,6 +318,13 @@ class Gateway:
         timeline.tenant = self.keys.tenant(scope)
         self.journeys.add(timeline)
 
+    async def routing(self, scope: Scope, receive: Receive, send: Send, base: Headers, timeline: Timeline) -> None:
+        """What the router knows of each target it has sent requests to (this worker's)."""
+        self.keys.tenant(scope)
+        await send_json(send, 200, {"object": "list", "data": [routing_view(self.router, state, self.keep_warm)
+                                                                for state in self.router.states()]},
+                        response_headers(base, timeline))
+
     def _visible_to(self, scope: Scope) -> str | None:
         """The tenant whose journeys this caller may read; None (all of them) when no keys are configured."""
         tenant = self.keys.tenant(scope)
@@ -448,3 +460,16 @@ def client_deadline(headers: Headers, stream: bool, now: float) -> ClientDeadlin
             if seconds > 0 and math.isfinite(seconds):
                 return ClientDeadline(now + seconds, seconds, name.decode())
     return None
+
+
+def routing_view(router: Router, state: TargetState, keep_warm: KeepWarm) -> dict[str, Any]:
+    def ms(value: float | None) -> float | None:
+        return None if value is None else round(value, 1)
+
+    now = router.clock()
+    return {"target": state.target.label, "in_flight": state.in_flight, "breaker": state.health.state.value,
+            "expected_ttft_ms": {"stream": ms(state.streams.value(now)), "whole": ms(state.answers.value(now))},
+            "ttft_p90_ms": ms(state.streams.percentile(90)), "idle_s": ms(router.idle_for(state)),
+            "cold_start": {"penalty_ms": ms(state.cold.penalty_ms), "seen": len(state.cold.cold),
+                           "unloads_after_s": ms(state.cold.shortest_idle_before_cold_s)},
+            "keep_warm_pings_last_hour": len(keep_warm.pings.get(state.target.label, ()))}

@@ -1,0 +1,84 @@
+"""Keep-warm: for upstreams marked scale-to-zero (`keep_warm:`), a minimal request (max_tokens 1) to each
+model they served, when it has been idle long enough that the platform would unload it: the configured
+`idle_s`, or, when none is, four fifths of the shortest idle spell the router saw end in a cold start.
+A model that no client has asked for is not pinged, and each gets at most `max_per_hour` pings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+
+import aiohttp
+
+from firsttoken.routing.router import Router, TargetState
+from firsttoken.upstream.registry import Upstreams
+
+log = logging.getLogger("firsttoken.keepwarm")
+
+TICK_S = 0.25
+LEARNED_MARGIN = 0.8  # ping this far into the idle spell that was seen to unload the model
+PING = {"messages": [{"role": "user", "content": "ping"}], "max_tokens": 1}
+
+
+class KeepWarm:
+    def __init__(self, router: Router, upstreams: Upstreams) -> None:
+        self.router = router
+        self.upstreams = upstreams
+        self.pings: dict[str, deque[float]] = {}  # per target label: when its pings went, the last hour's
+        self._task: asyncio.Task[None] | None = None
+        self._pinging: set[asyncio.Task[None]] = set()  # a ping to a cold model takes seconds: one each
+
+    def start(self) -> None:
+        if any(link.settings.keep_warm is not None for link in self.upstreams.links.values()):
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def close(self) -> None:
+        for task in (self._task, *self._pinging):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    def due(self, state: TargetState) -> bool:
+        keep_warm = self.upstreams[state.target.upstream].settings.keep_warm
+        if keep_warm is None:
+            return False
+        idle_s = keep_warm.idle_s
+        if idle_s is None and state.cold.shortest_idle_before_cold_s is not None:
+            idle_s = LEARNED_MARGIN * state.cold.shortest_idle_before_cold_s
+        if idle_s is None or self.router.idle_for(state) < idle_s:
+            return False
+        sent = self.pings.setdefault(state.target.label, deque())
+        hour_ago = time.monotonic() - 3600
+        while sent and sent[0] < hour_ago:
+            sent.popleft()
+        return len(sent) < keep_warm.max_per_hour
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            for state in self.router.states():
+                if self.due(state):
+                    self.pings[state.target.label].append(time.monotonic())
+                    self.router.pinged(state)
+                    ping = asyncio.get_running_loop().create_task(self._ping(state))
+                    self._pinging.add(ping)
+                    ping.add_done_callback(self._pinging.discard)
+
+    async def _ping(self, state: TargetState) -> None:
+        link = self.upstreams[state.target.upstream]
+        request = link.adapter.chat(dict(PING), state.target.model, False)
+        session = link.pool.session
+        if session is None:
+            return
+        try:
+            async with asyncio.timeout(link.settings.timeouts.first_byte):
+                async with session.post(request.url, data=request.data, headers=request.headers,
+                                        allow_redirects=False) as response:
+                    await response.read()
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            log.info("keep-warm ping to %s failed: %s", state.target.label, exc)
