@@ -65,9 +65,9 @@ def ask_stream(gateway: GatewayProcess, messages: list[dict], usage: bool = Fals
 
 
 def upstream_calls(upstream, fn):
-    before = upstream.stats.requests
+    before = upstream.stats.chats
     result = fn()
-    return result, upstream.stats.requests - before
+    return result, upstream.stats.chats - before
 
 
 def test_a_repeated_question_is_answered_from_the_cache(cached, upstream) -> None:
@@ -197,7 +197,7 @@ def test_identical_requests_in_flight_join_the_first(cached, upstream) -> None:
     def whole() -> None:
         results["whole"] = ask(cached, messages, model="fake/slow-stream")
 
-    before = upstream.stats.requests
+    before = upstream.stats.chats
     first = threading.Thread(target=leader)
     first.start()
     time.sleep(0.15)  # the leader is streaming: a word every 50 ms
@@ -206,7 +206,7 @@ def test_identical_requests_in_flight_join_the_first(cached, upstream) -> None:
         thread.start()
     for thread in (first, *others):
         thread.join(15)
-    assert upstream.stats.requests - before == 1
+    assert upstream.stats.chats - before == 1
     state, text = results["leader"]
     assert state == "miss" and text.startswith("echo: what is the capital")
     assert results["stream"] == ("hit; joined", text) and results["whole"] == ("hit; joined", text)
@@ -256,16 +256,16 @@ def test_a_joined_request_whose_client_leaves_goes_nowhere(cached, upstream) -> 
     messages = question()
     body = {"model": "fake/slow-stream", "messages": messages, "stream": True}
     auth = {"authorization": f"Bearer {CLIENT_KEY}"}
-    before = upstream.stats.requests
+    before = upstream.stats.chats
     first = threading.Thread(target=lambda: httpx.post(cached.url + "/v1/chat/completions", json=body, headers=auth,
                                                        timeout=10))
     first.start()
     deadline = time.monotonic() + 10
-    while upstream.stats.requests == before and time.monotonic() < deadline:  # the leader is upstream now
+    while upstream.stats.chats == before and time.monotonic() < deadline:  # the leader is upstream now
         time.sleep(0.01)
     with httpx.stream("POST", cached.url + "/v1/chat/completions", json=body, headers=auth, timeout=10) as reply:
         assert reply.headers["x-firsttoken-cache"] == "hit; joined"
         next(reply.iter_raw())  # the first of its events, then the client hangs up
     first.join(15)
     time.sleep(0.3)
-    assert upstream.stats.requests - before == 1
+    assert upstream.stats.chats - before == 1

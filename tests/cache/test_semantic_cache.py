@@ -54,10 +54,10 @@ def test_a_paraphrase_is_served_with_its_similarity(gateway, upstream) -> None:
     system = context()
     state, first = ask(gateway, "How do I cook beans?", system=system)
     assert state == "miss" and first == "echo: How do I cook beans?"
-    before = upstream.stats.requests
+    before = upstream.stats.chats
     state, again = ask(gateway, "What is the way to cook beans?", system=system, stream=True)
     assert state.startswith("semantic-hit; similarity=0.9") and again == first
-    assert upstream.stats.requests == before
+    assert upstream.stats.chats == before
     auth = {"authorization": f"Bearer {CLIENT_KEY}"}
     journey = httpx.get(gateway.url + "/v1/journeys?limit=1", headers=auth).json()["data"][0]
     assert "in other words" in journey["verdict"]

@@ -32,6 +32,9 @@ MODELS = ["echo", "tools", "inspect", "fail-midstream", "hang", "sleep-1000", "e
 
 
 class Stats:
+    """What the upstream saw. `requests` counts everything, the pools' own warm-up and refresh calls too;
+    `chats` only chat completions, which is what a test of the gateway's forwarding wants."""
+
     def __init__(self) -> None:
         self.connections: set[object] = set()
         self.requests = 0
@@ -40,6 +43,10 @@ class Stats:
         self.bad_auth = 0
         self.last_body: dict[str, Any] | None = None
         self.last_path = ""
+
+    @property
+    def chats(self) -> int:
+        return sum(self.by_model.values())
 
 
 def _chunk(model: str, delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
