@@ -190,6 +190,26 @@ class Routing(_Strict):
         return value
 
 
+TaskKind = Literal["classification", "extraction", "short", "chat", "code", "reasoning", "long-form"]
+
+
+class TaskSizing(_Strict):
+    alias: str = Field("auto", min_length=1, description="the model name clients ask for to be sized")
+    tiers: dict[str, list[str]] = Field(description="tier → targets (upstream/model or an alias), smallest first")
+    kinds: dict[TaskKind, str] = Field(default_factory=dict,
+                                       description="kind of task → tier; kinds not listed go to the default tier")
+    default: str = Field(description="the tier for kinds not listed, and for requests that opt out")
+    neighbours: bool = Field(True, description="when rules do not tell, ask the nearest labelled examples "
+                                               "(local embeddings; needs firsttoken[semantic])")
+
+    @model_validator(mode="after")
+    def _tiers_known(self) -> TaskSizing:
+        unknown = {self.default, *self.kinds.values()} - set(self.tiers)
+        if unknown:
+            raise ValueError(f"tiers {sorted(unknown)} are named but not defined under tiers: ({sorted(self.tiers)})")
+        return self
+
+
 class Limits(_Strict):
     max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024)
     redis: str | None = Field(None, description="keys' rpm and tpm kept in Redis, shared by replicas: redis://…")
@@ -240,6 +260,7 @@ class Settings(_Strict):
     keys: list[ClientKey] = Field(default_factory=list)
     cache: Cache | None = None
     routing: Routing = Field(default_factory=Routing)
+    sizing: TaskSizing | None = None
     limits: Limits = Field(default_factory=Limits)
     streaming: Streaming = Field(default_factory=Streaming)
     journeys: Journeys = Field(default_factory=Journeys)

@@ -32,6 +32,7 @@ from firsttoken.journey.timeline import Timeline
 from firsttoken.routing.client_limits import ClientLimits
 from firsttoken.routing.keepwarm import KeepWarm
 from firsttoken.routing.router import Router, TargetState
+from firsttoken.routing.sizing import TaskRouter
 from firsttoken.routing.targets import Target, TargetResolver
 from firsttoken.server import validate
 from firsttoken.server.auth import ClientKeys
@@ -102,6 +103,7 @@ class Gateway:
         self.resolver = TargetResolver(settings, self.upstreams.listed_models)
         self.router = Router(settings.routing, lambda upstream: self.upstreams[upstream].floor_ms)
         self.keep_warm = KeepWarm(self.router, self.upstreams)
+        self.task_router = TaskRouter(settings.sizing) if settings.sizing is not None else None
         self.keys = ClientKeys(settings.keys)
         self.client_limits = ClientLimits(settings.keys, settings.limits.redis)
         self.max_body = settings.limits.max_body_bytes
@@ -143,6 +145,11 @@ class Gateway:
                         await self.embedded.start()
                     await self.upstreams.start()
                     self.keep_warm.start()
+                    if self.task_router is not None and self.task_router.settings.neighbours:
+                        try:
+                            await asyncio.to_thread(self.task_router.load_neighbours)
+                        except (ImportError, RuntimeError) as exc:  # rules alone size requests then
+                            log.warning("task sizing by rules only: %s", exc)
                 except Exception as exc:  # reported to the server, which refuses to start
                     await send({"type": "lifespan.startup.failed", "message": str(exc)})
                     return
@@ -213,7 +220,12 @@ class Gateway:
         body = validate.parse_json_object(await read_body(scope, receive, self.max_body))
         model, stream = validate.chat_request(body)
         timeline.model, timeline.stream = model, stream
-        targets = self.resolver.resolve(model)
+        if self.task_router is not None and model == self.task_router.settings.alias:
+            tier, sized = await self.task_router.decide(scope["headers"], body)
+            base.append((b"x-firsttoken-size", sized))
+            targets = [t for name in self.task_router.settings.tiers[tier] for t in self.resolver.resolve(name)]
+        else:
+            targets = self.resolver.resolve(model)
         charge = await self.client_limits.admit(timeline.tenant, body) if self.client_limits else None
         CLIENT_DEADLINE.set(client_deadline(scope["headers"], stream, self.alarms.now()))
         try:

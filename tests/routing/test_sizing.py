@@ -1,0 +1,54 @@
+"""Task sizing: rules on their own, and the `auto` alias through the real gateway: a short extraction goes
+to the small tier, a hard reasoning question to the large one, the decision and its reason are in
+x-firsttoken-size, and a request can opt out."""
+
+from __future__ import annotations
+
+import openai
+import pytest
+
+from conftest import CLIENT_KEY
+from firsttoken.routing.sizing import by_rules, examples
+from support.gateway_process import GatewayProcess
+from support.openai_upstream import UPSTREAM_KEY
+
+
+@pytest.mark.parametrize(("text", "kind"), [
+    ("Extract every email address from this text: write to ada@example.ng", "extraction"),
+    ("Classify the sentiment of this review: the food was cold.", "classification"),
+    ("Write a Python function that reverses a linked list.", "code"),
+    ("Solve for x: 3x + 7 = 22. Show it step by step.", "reasoning"),
+    ("Write a 500-word essay on the history of Lagos.", "long-form"),
+    ("What is the capital of Kenya?", "short"),
+    ("I had a rough day and just want to talk.", None),
+])
+def test_rules(text: str, kind: str | None) -> None:
+    assert by_rules(text) == kind
+
+
+def test_the_labelled_examples_ship_with_the_package() -> None:
+    kinds = {kind for _, kind in examples()}
+    assert len(examples()) == 99 and kinds == {"classification", "extraction", "short", "chat", "code",
+                                               "reasoning", "long-form"}
+
+
+def test_auto_sends_small_tasks_to_the_small_tier_and_says_why(upstream, tmp_path) -> None:
+    settings = {"upstreams": {"fake": {"url": upstream.url, "key": UPSTREAM_KEY}},
+                "models": {"big": ["fake/inspect"]},
+                "sizing": {"tiers": {"small": ["fake/echo"], "large": ["big"]}, "default": "large",
+                           "kinds": {"extraction": "small", "classification": "small", "short": "small"},
+                           "neighbours": False},
+                "keys": [{"name": "app", "key": CLIENT_KEY}]}
+    with GatewayProcess(settings, tmp_path) as gateway:
+        client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=CLIENT_KEY, max_retries=0)
+
+        def ask(text: str, **headers: str) -> tuple[str, str]:
+            raw = client.chat.completions.with_raw_response.create(
+                model="auto", messages=[{"role": "user", "content": text}], extra_headers=headers)
+            return raw.headers["x-firsttoken-size"], raw.headers["x-firsttoken-route"]
+
+        extraction = "Extract the invoice number from: INV-2231, due 3 May."
+        assert ask(extraction) == ("extraction; tier=small; by=rules", "fake/echo")
+        assert ask("Prove that the square root of 2 is irrational.") == ("reasoning; tier=large; by=rules",
+                                                                          "fake/inspect")
+        assert ask(extraction, **{"x-firsttoken-size": "off"}) == ("off; tier=large", "fake/inspect")
