@@ -10,3 +10,11 @@ def typical(errors: list[float]) -> float:
     there is one, are processes on a shared 2-core machine: one request that lost the CPU for a few ms says
     nothing about attribution, while a systematic error shows in every request, and so in the median."""
     return statistics.median(errors)
+
+
+def one_sample(value: float, truth: float, busy_ms: float = 15.0) -> bool:
+    """Whether one measurement agrees with the truth it must meet: within 5 % below (nothing on a delay
+    line arrives early), and within 5 % plus `busy_ms` above, since a shared 2-core machine that delays
+    a process only ever adds time. The errors this guards against (a round trip missed, or counted twice)
+    are a whole round trip."""
+    return 0.95 * truth <= value <= 1.05 * truth + busy_ms
