@@ -20,12 +20,9 @@ import trustme
 import yaml
 
 from firsttoken.lab.delayline import DelayLine
-from support.measure import one_sample, typical
+from support.measure import PREFILL_SLACK_MS, one_sample, typical
 
 RTT_MS = 120.0
-# queue+prefill is a difference of two clocks in two processes (ours and the region's), each of which a
-# busy 2-core machine can delay by a few ms; a systematic error (a round trip counted twice) is 120 ms.
-PREFILL_SLACK_MS = 10.0
 TLS_CPU_MS = 10.0  # a TLS handshake's own compute, on top of its round trip
 SIM_PORT, TLS_SIM_PORT, GATEWAY_PORT = 9001, 9443, 8787
 # A model at a real provider's pace (18.5 ms a token: six per round trip). A much faster one (llama-3.2-1b

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import statistics
 
+# queue+prefill is a difference of two clocks in two processes (ours and the region's), each of which a
+# busy 2-core machine can delay by a few ms; a systematic error (a round trip counted twice) is 100 ms.
+PREFILL_SLACK_MS = 10.0
+
 
 def typical(errors: list[float]) -> float:
     """The median of several requests' errors against the truth. The servers, and the delay line where
