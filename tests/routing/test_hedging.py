@@ -91,3 +91,13 @@ def test_a_late_whole_answer_is_raced_too(gateway) -> None:
     assert time.perf_counter() - started < 1.5
     raw = client.chat.completions.with_raw_response.create(model="slow-hedge", messages=USER)
     assert raw.headers["x-firsttoken-route"] == "fake/sleep-400; hedged-by=fake/sleep-3000"
+
+
+def test_metrics_count_hedges_and_show_each_target(gateway) -> None:
+    stream(gateway, "stalls")
+    text = httpx.get(gateway.url + "/metrics", headers={"authorization": f"Bearer {CLIENT_KEY}"}).text
+    won = next(line for line in text.splitlines() if line.startswith('firsttoken_hedges_total{winner="hedge"}'))
+    assert float(won.rpartition(" ")[2]) >= 1
+    assert 'firsttoken_target_expected_ttft_seconds{kind="stream",target="fake/echo"}' in text
+    assert 'firsttoken_target_circuit_open{target="fake/sleep-3000"} 0.0' in text
+    assert "firsttoken_keep_warm_pings_total 0.0" in text

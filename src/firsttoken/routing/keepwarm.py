@@ -31,6 +31,7 @@ class KeepWarm:
         self.pings: dict[str, deque[float]] = {}  # per target label: when its pings went, the last hour's
         self._task: asyncio.Task[None] | None = None
         self._pinging: set[asyncio.Task[None]] = set()  # a ping to a cold model takes seconds: one each
+        self.sent = 0
 
     def start(self) -> None:
         if any(link.settings.keep_warm is not None for link in self.upstreams.links.values()):
@@ -64,6 +65,7 @@ class KeepWarm:
             for state in self.router.states():
                 if self.due(state):
                     self.pings[state.target.label].append(time.monotonic())
+                    self.sent += 1
                     self.router.pinged(state)
                     ping = asyncio.get_running_loop().create_task(self._ping(state))
                     self._pinging.add(ping)

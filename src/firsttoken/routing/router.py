@@ -51,6 +51,8 @@ class Router:
         self.retries = Budget(settings.retry_budget)
         # Hedges start with none saved: however they cluster, they stay within their share of all requests.
         self.hedges = Budget(settings.hedge.budget, reserve=5.0, full=False)
+        self.hedges_sent = 0
+        self.hedges_won = 0  # by the hedge (the rest, by the first target)
 
     def state(self, target: Target) -> TargetState:
         found = self._states.get(target.label)
@@ -114,7 +116,10 @@ class Router:
         return self.state(target).health.available(self.clock())
 
     def may_hedge(self) -> bool:
-        return self.hedges.spend()
+        if not self.hedges.spend():
+            return False
+        self.hedges_sent += 1
+        return True
 
     # --- what happened -------------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ from firsttoken.journey.tcp_info import RttReader, client_transport
 from firsttoken.journey.timeline import Timeline
 from firsttoken.routing.client_limits import ClientLimits
 from firsttoken.routing.keepwarm import KeepWarm
+from firsttoken.routing.metrics import RoutingCollector
 from firsttoken.routing.router import Router, TargetState
 from firsttoken.routing.sizing import TaskRouter
 from firsttoken.routing.targets import Target, TargetResolver
@@ -104,6 +105,7 @@ class Gateway:
         self.router = Router(settings.routing, lambda upstream: self.upstreams[upstream].floor_ms)
         self.keep_warm = KeepWarm(self.router, self.upstreams)
         self.task_router = TaskRouter(settings.sizing) if settings.sizing is not None else None
+        self.metrics.registry.register(RoutingCollector(self.router, self.keep_warm))
         self.keys = ClientKeys(settings.keys)
         self.client_limits = ClientLimits(settings.keys, settings.limits.redis)
         self.max_body = settings.limits.max_body_bytes

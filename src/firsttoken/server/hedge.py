@@ -94,6 +94,8 @@ class Race:
             if lane.relay is not None:
                 lane.relay.timeline = timeline
         losers = [other for other in self.lanes if other is not lane]
+        if lane is not self.lanes[0]:
+            forwarder.router.hedges_won += 1
         if losers:
             label = losers[0].target.label.encode()
             timeline.hedge = (b"; hedge-of=" if lane is not self.lanes[0] else b"; hedged-by=") + label
@@ -156,6 +158,8 @@ async def race_whole(router: Router, fetch: Fetch, first: Target, waiting: list[
                     other.cancel()  # closes its connection
                 if record is not timeline:
                     timeline.adopt(record)
+                if target is not first:
+                    router.hedges_won += 1
                 if len(labels) > 1:
                     timeline.hedge = (b"; hedged-by=" + labels[1]) if target is first else (b"; hedge-of=" + labels[0])
                 return outcome
