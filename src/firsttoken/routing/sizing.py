@@ -16,6 +16,7 @@ larger tier (code, reasoning and long-form are checked first).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections import Counter
@@ -84,11 +85,13 @@ class Sizer:
 
     def size(self, text: str) -> Sizing:
         kind = by_rules(text)
-        if kind is not None:
-            return Sizing(kind, "rules")
-        if self._vectors is not None:
-            return Sizing(self.nearest(self.embedder.embed([text])[0]), "neighbours")
-        return Sizing("chat", "default")
+        return Sizing(kind, "rules") if kind is not None else self.by_neighbours(text)
+
+    def by_neighbours(self, text: str) -> Sizing:
+        """The labelled examples' verdict (an embedding: milliseconds); chat when there is no embedder."""
+        if self._vectors is None:
+            return Sizing("chat", "default")
+        return Sizing(self.nearest(self.embedder.embed([text])[0]), "neighbours")
 
     def nearest(self, vector: Any, leave_out: int | None = None) -> str:
         """The majority kind of the nearest labelled examples (`leave_out`: one to skip, for evaluation)."""
@@ -116,16 +119,14 @@ class TaskRouter:
 
     async def decide(self, headers: Any, body: dict[str, Any]) -> tuple[str, bytes]:
         """(tier, x-firsttoken-size)."""
-        import asyncio
-
         if any(name == b"x-firsttoken-size" and value.strip().lower() == b"off" for name, value in headers):
             return self.settings.default, b"off; tier=" + self.settings.default.encode()
         text = last_user_text(body)
-        sizing = by_rules(text)
-        if sizing is not None:
-            decided = Sizing(sizing, "rules")
+        kind = by_rules(text)
+        if kind is not None:
+            decided = Sizing(kind, "rules")
         elif self.sizer.embedder is not None:
-            decided = await asyncio.to_thread(self.sizer.size, text)  # the embedding lets go of the GIL
+            decided = await asyncio.to_thread(self.sizer.by_neighbours, text)  # the embedding lets go of the GIL
         else:
             decided = Sizing("chat", "default")
         tier = self.settings.kinds.get(decided.kind, self.settings.default)
