@@ -52,3 +52,15 @@ def test_auto_sends_small_tasks_to_the_small_tier_and_says_why(upstream, tmp_pat
         assert ask("Prove that the square root of 2 is irrational.") == ("reasoning; tier=large; by=rules",
                                                                           "fake/inspect")
         assert ask(extraction, **{"x-firsttoken-size": "off"}) == ("off; tier=large", "fake/inspect")
+
+
+def test_the_neighbours_size_what_no_rule_knows() -> None:
+    pytest.importorskip("onnxruntime")
+    from firsttoken.cache.embed import load_embedder
+    from firsttoken.routing.sizing import Sizer
+
+    sizer = Sizer(load_embedder())
+    puzzle = "Mary's mother has four children: April, May, June and who else?"
+    assert by_rules(puzzle) is None
+    assert sizer.size(puzzle) == sizer.by_neighbours(puzzle) and sizer.size(puzzle).kind == "reasoning"
+    assert sizer.size("Pretend you are a pirate captain greeting new crew.").kind == "chat"
