@@ -99,9 +99,9 @@ class Router:
 
     def hedge_delay(self, target: Target, stream: bool = True) -> float | None:
         """Seconds to wait for the first token from `target` (a whole answer's first byte, for one that is not
-        streamed) before racing the next target: its
-        recent p90, but no more than three times its median (where stalls are common, 10 % and more, the
-        p90 is itself a stall), within bounds; None when hedging is off."""
+        streamed) before racing the next target: its recent p90, but no more than three times its median
+        (where stalls are common, 10 % and more, the p90 is itself a stall), within bounds; None when
+        hedging is off."""
         hedge = self.settings.hedge
         if not hedge.enabled:
             return None

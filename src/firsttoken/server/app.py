@@ -228,10 +228,16 @@ class Gateway:
             targets = [t for name in self.task_router.settings.tiers[tier] for t in self.resolver.resolve(name)]
         else:
             targets = self.resolver.resolve(model)
+        await self._limited(scope, timeline, body, stream,
+                            lambda: self._chat(scope, receive, send, base, timeline, body, model, stream, targets))
+
+    async def _limited(self, scope: Scope, timeline: Timeline, body: dict[str, Any], stream: bool,
+                       work: Callable[[], Awaitable[None]]) -> None:
+        """`work`, within the client key's rate limits (corrected from its usage after) and its deadline."""
         charge = await self.client_limits.admit(timeline.tenant, body) if self.client_limits else None
         CLIENT_DEADLINE.set(client_deadline(scope["headers"], stream, self.alarms.now()))
         try:
-            await self._chat(scope, receive, send, base, timeline, body, model, stream, targets)
+            await work()
         finally:
             if charge is not None:
                 await self.client_limits.settle(charge, upstream_tokens(timeline))
@@ -239,12 +245,12 @@ class Gateway:
     async def _chat(self, scope: Scope, receive: Receive, send: Send, base: Headers, timeline: Timeline,
                     body: dict[str, Any], model: str, stream: bool, targets: list[Target]) -> None:
         wants_usage = client_wants_usage(body)
-        ordered = self.router.order(model, targets, stream)
 
         def build(link: UpstreamLink, target: Target) -> Any:
             return link.adapter.chat(body, target.model, stream)
 
         async def forward(keep: Keep | None = None, capture: Flight | None = None) -> None:
+            ordered = self.router.order(model, targets, stream)  # only for requests that go upstream
             if stream:
                 forwarder = StreamForwarder(self.upstreams, self.alarms, self.router, ordered, build, send, base,
                                             timeline, client_wants_usage=wants_usage, heartbeat_s=self.heartbeat_s,
@@ -298,19 +304,14 @@ class Gateway:
         timeline.operation = "embeddings"
         body = validate.parse_json_object(await read_body(scope, receive, self.max_body))
         timeline.model = validate.embeddings_request(body)
-        targets = self.router.order(timeline.model, self.resolver.resolve(timeline.model), False)
-        charge = await self.client_limits.admit(timeline.tenant, body) if self.client_limits else None
-        CLIENT_DEADLINE.set(client_deadline(scope["headers"], False, self.alarms.now()))
-        try:
-            await self._embed(receive, send, base, timeline, body, targets)
-        finally:
-            if charge is not None:
-                await self.client_limits.settle(charge, upstream_tokens(timeline))
+        targets = self.resolver.resolve(timeline.model)
+        await self._limited(scope, timeline, body, False,
+                            lambda: self._embed(receive, send, base, timeline, body, targets))
 
     async def _embed(self, receive: Receive, send: Send, base: Headers, timeline: Timeline, body: dict[str, Any],
                      targets: list[Target]) -> None:
         await until_disconnect(receive, forward_complete(
-            self.upstreams, self.alarms, self.router, targets,
+            self.upstreams, self.alarms, self.router, self.router.order(timeline.model, targets, False),
             lambda link, target: link.adapter.embeddings(body, target.model),
             lambda link, data: data, send, base, timeline), self.alarms)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from time import perf_counter
@@ -338,16 +338,8 @@ class StreamForwarder:
                 return failure
         return failure
 
-    async def _stream(self, target: Target) -> GatewayError | None:
-        """One target's stream relayed to the client; else why not."""
-        self.router.started(target)
-        try:
-            failure = await self._attempt_stream(target, self.timeline, None)
-        except BaseException:
-            self.router.settled(target)
-            raise
-        _judge(self.router, target, True, self.timeline, failure, self.broken)
-        return failure
+    def _lane(self, lane: Lane) -> Awaitable[GatewayError | None]:
+        return self._stream(lane.target, lane)
 
     async def _race(self, first: Target, waiting: list[Target], delay: float) -> GatewayError | None:
         """`first`, raced by the next target when its first token is later than `delay` (server/hedge.py)."""
@@ -360,16 +352,19 @@ class StreamForwarder:
             race.start(waiting.pop(0), self.timeline.for_hedge(), self._lane)
         return await race.finish()
 
-    async def _lane(self, lane: Lane) -> GatewayError | None:
-        self.router.started(lane.target)
+    async def _stream(self, target: Target, lane: Lane | None = None) -> GatewayError | None:
+        """One target's stream relayed to the client (through its lane's race, when hedged); else why not.
+        What happened goes to the router; a lane that lost its race was told to it already."""
+        timeline = self.timeline if lane is None else lane.timeline
+        self.router.started(target)
         try:
-            failure = await self._attempt_stream(lane.target, lane.timeline, lane)
+            failure = await self._attempt_stream(target, timeline, lane)
         except BaseException:
-            if not lane.lost:
-                self.router.settled(lane.target)
+            if lane is None or not lane.lost:
+                self.router.settled(target)
             raise
-        won = lane.race.winner is lane
-        _judge(self.router, lane.target, True, self.timeline if won else lane.timeline, failure, won and self.broken)
+        won = lane is None or lane.race.winner is lane
+        _judge(self.router, target, True, self.timeline if won else timeline, failure, won and self.broken)
         return failure
 
     async def _attempt_stream(self, target: Target, timeline: Timeline, lane: Lane | None) -> GatewayError | None:
