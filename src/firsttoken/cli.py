@@ -60,6 +60,24 @@ def serve(config_path: str | None, host: str | None, port: int | None, workers: 
     _run(settings, config_path, workers)
 
 
+def _fault_flags(stall: str | None, fail: str | None, queue_ms: float | None) -> dict[str, Any]:
+    """`--stall 0.1:2 --fail 0.5:reset --queue-ms 300` as the `faults:` keys (validated with the rest)."""
+    faults: dict[str, Any] = {}
+    if stall is not None:
+        share, _, seconds = stall.partition(":")
+        faults["stall_share"] = share
+        if seconds:
+            faults["stall_s"] = seconds
+    if fail is not None:
+        share, _, kind = fail.partition(":")
+        faults["error_share"] = share
+        if kind:
+            faults["error"] = kind
+    if queue_ms is not None:
+        faults["queue_ms"] = queue_ms
+    return faults
+
+
 @main.command()
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
               help="firsttoken.yaml whose `sim:` section to start from; flags override it.")
@@ -83,6 +101,12 @@ def serve(config_path: str | None, host: str | None, port: int | None, workers: 
               help="Where the clients are (a city or lat,lon); with --region, each direction pays the fibre delay.")
 @click.option("--path-factor", "path_factor", type=float, default=None,
               help="Cable length over the great circle (default 1.5).")
+@click.option("--stall", default=None, metavar="SHARE[:SECONDS]",
+              help="Make that share of first tokens wait that much longer (default 2 s): --stall 0.1:2.")
+@click.option("--fail", default=None, metavar="SHARE[:500|503|reset]",
+              help="Fail that share of requests, with a 500 (default), a 503 or a dropped connection.")
+@click.option("--queue-ms", "queue_ms", type=float, default=None,
+              help="Add this much queueing to every request (a region busy with others' traffic).")
 @click.option("--tls-cert", "tls_cert", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Serve HTTPS with this certificate (PEM), so clients pay a real TLS handshake.")
 @click.option("--tls-key", "tls_key", type=click.Path(exists=True, dir_okay=False), default=None,
@@ -92,6 +116,7 @@ def sim(config_path: str | None, host: str, port: int, models: tuple[str, ...], 
     """Run a simulated region: an OpenAI- and Anthropic-compatible server with a GPU's real timing."""
     from aiohttp import web
 
+    from firsttoken.sim.faults import FaultSettings
     from firsttoken.sim.region import Region
     from firsttoken.sim.server import SimServer
 
@@ -106,6 +131,9 @@ def sim(config_path: str | None, host: str, port: int, models: tuple[str, ...], 
         tree["models"] = list(models)
     if flags.get("overload_status") is not None:
         flags["overload_status"] = int(flags["overload_status"])
+    faults = _fault_flags(flags.pop("stall"), flags.pop("fail"), flags.pop("queue_ms"))
+    if faults:
+        tree["faults"] = {**tree.get("faults", {}), **faults}
     tree.update({k: v for k, v in flags.items() if v is not None})
     try:
         settings = config_module.sim_settings(tree)
@@ -129,6 +157,8 @@ def sim(config_path: str | None, host: str, port: int, models: tuple[str, ...], 
                f"{settings.load_s(deployment):.1f} s" if settings.idle_unload else ""
         err.print(f"  {name}: KV cache {deployment.max_kv_tokens:,} tokens per replica; one decode step "
                   f"{deployment.decode_step_s(1000, 1) * 1000:.1f} ms{load}")
+    if settings.faults != FaultSettings():
+        err.print(f"  faults: {settings.faults.model_dump(exclude_defaults=True)} (POST /sim/faults to change them)")
     limits = [f"{settings.rpm} requests" if settings.rpm else "", f"{settings.tpm} tokens" if settings.tpm else ""]
     if any(limits):
         err.print(f"  rate limits per API key: {' and '.join(x for x in limits if x)} per minute")

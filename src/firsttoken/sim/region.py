@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from firsttoken.routing.ratelimit import KeyLimits, Refusal
 from firsttoken.sim.engine import Engine, Sequence
+from firsttoken.sim.faults import Faults
 from firsttoken.sim.replica import Replica
 from firsttoken.sim.settings import SimSettings
 
@@ -36,8 +37,6 @@ class RateLimited(Exception):
         super().__init__(message)
 
 
-
-
 class Region:
     def __init__(self, settings: SimSettings) -> None:
         self.settings = settings
@@ -49,6 +48,7 @@ class Region:
         }
         self.limits = KeyLimits(settings.rpm, settings.tpm)
         self.one_way_s = settings.one_way_s
+        self.faults = Faults(settings.faults)
 
     @property
     def models(self) -> list[str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 
 import orjson
+import pydantic
 from aiohttp import web
 
 from firsttoken.sim import text
@@ -62,6 +63,8 @@ class SimServer:
             self.app.router.add_get(f"{prefix}/models", self.models)
         self.app.router.add_get("/sim/stats", self.stats)
         self.app.router.add_delete("/sim/stats", self.reset_stats)
+        self.app.router.add_get("/sim/faults", self.get_faults)
+        self.app.router.add_post("/sim/faults", self.change_faults)
         self.app.on_startup.append(self._start)
         self.app.on_cleanup.append(self._stop)
 
@@ -98,6 +101,22 @@ class SimServer:
                 replica.lateness.reset()
         return web.json_response({"reset": True})
 
+    async def get_faults(self, request: web.Request) -> web.Response:
+        return web.json_response(self.region.faults.settings.model_dump())
+
+    async def change_faults(self, request: web.Request) -> web.Response:
+        """Change some faults while the region runs: a JSON object of the fields to change."""
+        try:
+            changes = orjson.loads(await request.read())
+            if not isinstance(changes, dict):
+                raise ValueError("send a JSON object of the fault settings to change")
+            settings = self.region.faults.change(changes)
+        except (orjson.JSONDecodeError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+            message = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()) \
+                if isinstance(exc, pydantic.ValidationError) else str(exc)
+            return self._error(self.openai, 400, message, code="invalid_faults")
+        return web.json_response(settings.model_dump())
+
     def _error(self, wire: WireFormat, status: int, message: str, param: str | None = None,
                code: str | None = None, headers: dict[str, str] | None = None,
                kind: str | None = None) -> web.Response:
@@ -121,12 +140,17 @@ class SimServer:
         answer = text.answer(ask.max_tokens, ask.stop)
         await _until(loop.time() + one_way)  # the request crossing to the region
         arrived = loop.time()
+        fault = self.region.faults.draw()
+        if fault.error is not None:
+            return await self._fail(request, wire, fault.error, arrived + one_way)
         sequence = Sequence(ask.prompt_tokens, max(len(answer.pieces), 1), arrived)
         key = _api_key(request)
         renderer = wire.renderer(ask, answer)
         delivery = Delivery(len(answer.pieces), one_way, self.lateness, renderer if ask.stream else None)
+        if fault.delay_s:  # a stall or a busy region: it counts as queue in the ground truth
+            await _until(arrived + fault.delay_s)
         try:
-            replica = self.region.admit(ask.model, sequence, key, arrived, delivery,
+            replica = self.region.admit(ask.model, sequence, key, loop.time(), delivery,
                                         requested=ask.prompt_tokens + ask.max_tokens)
         except (ValueError, Overloaded, RateLimited) as exc:
             await _until(arrived + one_way)  # and the refusal crossing back
@@ -142,6 +166,17 @@ class SimServer:
             return await self._stream(request, delivery, renderer, first, headers, one_way)
         finally:
             replica.cancel(sequence)  # a no-op once finished; frees the KV of an abandoned request
+
+    async def _fail(self, request: web.Request, wire: WireFormat, error: str, answer_at: float) -> web.Response:
+        """A request the faults fail: the connection dropped on arrival, or a server error sent back."""
+        if error == "reset":
+            if request.transport is not None:
+                request.transport.abort()
+            return web.Response()  # never sent: the connection is gone
+        await _until(answer_at)
+        status = int(error)
+        return self._error(wire, status, f"Simulated fault: this region failed the request with {status}.",
+                           code="simulated_fault", kind="server_error")
 
     def _refusal(self, wire: WireFormat, exc: Exception) -> web.Response:
         if isinstance(exc, RateLimited):

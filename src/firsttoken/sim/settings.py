@@ -14,6 +14,7 @@ from firsttoken.geo import physics
 from firsttoken.geo.places import GeoError, Place, resolve
 from firsttoken.sim.catalogue import Catalogue, CatalogueError
 from firsttoken.sim.engine import DEFAULT_MAX_BATCH, DEFAULT_TOKEN_BUDGET
+from firsttoken.sim.faults import FaultSettings
 from firsttoken.sim.roofline import (
     DEFAULT_LOAD_BANDWIDTH_GB_S,
     ENGINE_START_S,
@@ -61,6 +62,7 @@ class SimSettings(_Strict):
     max_batch: int = Field(DEFAULT_MAX_BATCH, ge=1)
     efficiency: EfficiencySettings = Field(default_factory=EfficiencySettings)
     catalogue: CatalogueAdditions = Field(default_factory=CatalogueAdditions)
+    faults: FaultSettings = Field(default_factory=FaultSettings)
 
     @model_validator(mode="after")
     def _buildable(self) -> SimSettings:
