@@ -81,3 +81,15 @@ def test_the_command_lines_flags_become_the_faults_settings() -> None:
                                                                                              error_share=1)
     with pytest.raises(ConfigError, match="faults.error"):
         sim_settings({"faults": _fault_flags(None, "1:teapot", None)})
+
+
+def test_the_region_counts_what_became_of_each_request() -> None:
+    with region_on_loopback(faults={"error_share": 0.5, "seed": 3}, rpm=6) as (port, _), \
+            httpx.Client(base_url=f"http://127.0.0.1:{port}") as client:
+        statuses = [client.post("/v1/chat/completions", json=ASK).status_code for _ in range(20)]
+        counted = client.get("/sim/stats").json()["requests"]
+        assert counted == {"received": 20, "failed": statuses.count(500), "refused": statuses.count(429),
+                           "answered": statuses.count(200)}
+        assert counted["answered"] == 6 and counted["failed"] and counted["refused"]
+        client.delete("/sim/stats")
+        assert client.get("/sim/stats").json()["requests"] == {}

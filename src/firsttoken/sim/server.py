@@ -10,6 +10,7 @@ the answer leaves one delay after the engine produced it, on absolute deadlines.
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 
 import orjson
 import pydantic
@@ -55,6 +56,9 @@ class SimServer:
     def __init__(self, region: Region) -> None:
         self.region = region
         self.lateness = Lateness()  # of every streamed event against its scheduled time
+        # what became of each request: answered, refused (limits, overload), failed (faults), abandoned
+        # (the client left before the engine finished it), so that a benchmark can count what reached us
+        self.requests: Counter[str] = Counter()
         self.app = web.Application(client_max_size=MAX_BODY_BYTES)
         self.openai, self.anthropic = OpenAIChat(), AnthropicMessages()
         for prefix in ("/v1", ""):
@@ -92,10 +96,12 @@ class SimServer:
                             "waiting": len(r.engine.waiting), "kv_used": r.engine.kv_used,
                             "step_lateness": r.lateness.summary()} for r in replicas]
                     for name, replicas in self.region.replicas.items()}
-        return web.json_response({"events": self.lateness.summary(), "replicas": replicas})
+        return web.json_response({"events": self.lateness.summary(), "requests": dict(self.requests),
+                                  "replicas": replicas})
 
     async def reset_stats(self, request: web.Request) -> web.Response:
         self.lateness.reset()
+        self.requests.clear()
         for replicas in self.region.replicas.values():
             for replica in replicas:
                 replica.lateness.reset()
@@ -140,8 +146,10 @@ class SimServer:
         answer = text.answer(ask.max_tokens, ask.stop)
         await _until(loop.time() + one_way)  # the request crossing to the region
         arrived = loop.time()
+        self.requests["received"] += 1
         fault = self.region.faults.draw()
         if fault.error is not None:
+            self.requests["failed"] += 1
             return await self._fail(request, wire, fault.error, arrived + one_way)
         sequence = Sequence(ask.prompt_tokens, max(len(answer.pieces), 1), arrived)
         key = _api_key(request)
@@ -149,13 +157,15 @@ class SimServer:
         delivery = Delivery(len(answer.pieces), one_way, self.lateness, renderer if ask.stream else None)
         if fault.delay_s:  # a stall or a busy region: it counts as queue in the ground truth
             await _until(arrived + fault.delay_s)
+        admitted = loop.time()
         try:
-            replica = self.region.admit(ask.model, sequence, key, loop.time(), delivery,
+            replica = self.region.admit(ask.model, sequence, key, admitted, delivery,
                                         requested=ask.prompt_tokens + ask.max_tokens)
         except (ValueError, Overloaded, RateLimited) as exc:
+            self.requests["refused"] += 1
             await _until(arrived + one_way)  # and the refusal crossing back
             return self._refusal(wire, exc)
-        headers = self.region.limits.headers(key, arrived) if isinstance(wire, OpenAIChat) else {}
+        headers = self.region.limits.headers(key, admitted) if isinstance(wire, OpenAIChat) else {}
         try:
             first = await delivery.first
             headers["Server-Timing"] = _server_timing(sequence, first, one_way)
@@ -165,6 +175,7 @@ class SimServer:
                 return web.Response(body=renderer.whole(), content_type="application/json", headers=headers)
             return await self._stream(request, delivery, renderer, first, headers, one_way)
         finally:
+            self.requests["answered" if sequence.finished_at is not None else "abandoned"] += 1
             replica.cancel(sequence)  # a no-op once finished; frees the KV of an abandoned request
 
     async def _fail(self, request: web.Request, wire: WireFormat, error: str, answer_at: float) -> web.Response:
