@@ -220,11 +220,13 @@ def _print_journeys(summary: dict[str, dict[str, Any]], log_path: str) -> None:
                                           if value >= 10 else f"{value:.1f} ms")
 
     latency = Table(title=f"Journeys in {log_path}", title_justify="left")
-    for column in ("upstream", "requests", "errors", "ttft p50", "ttft p95", "e2e p50", "e2e p95", "tok/s"):
+    for column in ("upstream", "requests", "errors", "retried", "hedge wins", "ttft p50", "ttft p95", "e2e p50",
+                   "e2e p95", "tok/s"):
         latency.add_column(column, justify="left" if column == "upstream" else "right")
     for name, e in summary.items():
         rate = e["tokens_per_s"]["p50"]
-        latency.add_row(name, str(e["requests"]), str(e["errors"]), ms(e, "ttft"), ms(e, "ttft", "p95"),
+        latency.add_row(name, str(e["requests"]), str(e["errors"]), str(e["retried"]), str(e["hedge_wins"]),
+                        ms(e, "ttft"), ms(e, "ttft", "p95"),
                         ms(e, "e2e"), ms(e, "e2e", "p95"), "—" if rate is None else f"{rate:.0f}")
     out.print(latency)
     phases = Table(title="Where the time went (medians)", title_justify="left")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import time
@@ -141,3 +142,32 @@ def test_summary_helpers() -> None:
     rows = [logged("a", 0.0), logged("b", 1.0)]
     summary = summarise([dict(zip(journey_log.COLUMNS, r, strict=True)) for r in rows])
     assert summary["up"]["requests"] == 2 and summary["up"]["ttfb"]["p50"] == pytest.approx(10, abs=0.01)
+
+
+def test_hedges_and_retries_are_logged_and_counted(tmp_path) -> None:
+    won, lost, retried = finished("won"), finished("lost"), finished("retried")
+    won.hedge, lost.hedge, retried.attempts = b"; hedge-of=up/slow", b"; hedged-by=up/other", 2
+    log = JourneyLog(tmp_path / "j.db", 1000, 3600)
+    log.write([row(t, phases(t)[0], time.time()) for t in (won, lost, retried, finished("plain"))])
+    rows = journey_log.read(tmp_path / "j.db")
+    assert [r["hedge"] for r in rows] == ["hedge-of=up/slow", "hedged-by=up/other", None, None]
+    summary = summarise(rows)["up"]
+    assert summary["requests"] == 4 and summary["hedge_wins"] == 1 and summary["retried"] == 1
+
+
+def test_a_log_from_before_the_hedge_column_gains_it(tmp_path) -> None:
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    old = sqlite3.connect(path)
+    before = re.sub(r",(\s*--[^\n]*)\n\s*hedge TEXT[^\n]*", r"\1", journey_log.SCHEMA)  # the first schema
+    assert "hedge" not in before
+    old.executescript(before)
+    old.execute("INSERT INTO journeys (id, at, upstream, status) VALUES ('before', ?, 'up', 200)", (time.time(),))
+    old.commit()
+    old.close()
+    log = JourneyLog(path, 1000, 3600)
+    t = finished("after")
+    t.hedge = b"; hedge-of=up/slow"
+    log.write([row(t, phases(t)[0], time.time())])
+    assert [(r["id"], r["hedge"]) for r in journey_log.read(path)] == [("before", None), ("after", "hedge-of=up/slow")]

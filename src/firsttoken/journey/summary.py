@@ -38,7 +38,8 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 def summarise(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per upstream: requests, errors, p50/p95 of each phase (ms) and of tokens/s."""
+    """Per upstream: requests, errors, those that took more than one attempt (retried) and those a hedge won
+    here, p50/p95 of each phase (ms) and of tokens/s."""
     by_upstream: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         by_upstream[r["upstream"] or "(none)"].append(r)
@@ -46,6 +47,8 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     for upstream, group in sorted(by_upstream.items()):
         ok = [r for r in group if (r["status"] or 0) < 400]
         entry: dict[str, Any] = {"requests": len(group), "errors": len(group) - len(ok),
+                                 "retried": sum((r["attempts"] or 0) > 1 for r in group),
+                                 "hedge_wins": sum((r.get("hedge") or "").startswith("hedge-of=") for r in group),
                                  "models": sorted({r["route"] or r["model"] for r in group})}
         for phase in PHASES:
             values = [r[phase] for r in ok if r[phase] is not None]
