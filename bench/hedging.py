@@ -3,11 +3,12 @@ without hedging, and what the hedges cost in extra upstream requests, in one run
 
     .venv/bin/python bench/hedging.py [--requests 300] [--concurrency 4]
 
-The upstream (bench/misbehaving_upstream.py) serves `stalls`, whose first token comes after 50 ms except on
-every tenth request, which waits 2 s, and `steady`, always after 60 ms. The alias lists `stalls` first and
-is `ordered`, so that every request starts there (as when the first target is preferred for cost or
-quality) and only hedging can help. Hedging waits for the first target's recent p90 first token (once it
-has 20 measurements; 2 s before), within a budget of 10 % of requests. Run by hand; CI never runs it.
+Two simulated regions (`firsttoken sim` processes) serve llama-3.1-8b to a gateway in Lagos, from Ireland
+and from London (the sims add each direction's fibre delay). Ireland stalls one first token in ten by 2 s
+(`--stall 0.1:2`: a GPU queue, a preemption); London is steady. The alias lists Ireland first and is
+`ordered`, so that every request starts there (as when the first target is preferred for cost or
+quality) and only hedging can help. Hedging waits for the first target's recent p90 first token (capped
+at 3× its median), within a budget of 10 % of requests. Run by hand; CI never runs it.
 """
 
 from __future__ import annotations
@@ -22,19 +23,25 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from gateway_overhead import WORK, firsttoken_process  # noqa: E402
-from routing_client import counts, misbehaving_upstream, percentile, send  # noqa: E402
+from routing_client import MODEL, Region, percentile, region, send  # noqa: E402
+
+Counts = dict[str, dict[str, int]]
 
 
-def run(upstream: int, hedge: dict, requests: int, concurrency: int) -> tuple[list[float], dict[str, int]]:
-    before = counts(upstream)
-    extra = {"upstreams": {"up": {"url": f"http://127.0.0.1:{upstream}/v1", "pool": {"warm": 8}}},
-             "models": {"chat": ["up/stalls", "up/steady"]},
+def run(stalls: Region, steady: Region, hedge: dict, requests: int, concurrency: int) -> tuple[list[float], Counts]:
+    stalls.faults(seed=0)  # the same stalls for each run
+    before = {r.name: r.requests() for r in (stalls, steady)}
+    extra = {"location": "lagos",
+             "upstreams": {r.name: {"url": r.url, "region": where, "pool": {"warm": 8}}
+                           for r, where in ((stalls, "aws:eu-west-1"), (steady, "aws:eu-west-2"))},
+             "models": {"chat": [f"{stalls.name}/{MODEL}", f"{steady.name}/{MODEL}"]},
              "routing": {"ordered": ["chat"], "hedge": hedge}, "journeys": {"log": None}}
-    with firsttoken_process(upstream, 1, None, extra) as (url, _):
+    with firsttoken_process(stalls.port, 1, None, extra) as (url, _):
         outcomes = asyncio.run(send(url, requests, concurrency))
     assert all(o.ok for o in outcomes)
-    after = counts(upstream)
-    return [o.ttft_s for o in outcomes], {k: after.get(k, 0) - before.get(k, 0) for k in after}
+    after = {r.name: r.requests() for r in (stalls, steady)}
+    return [o.ttft_s for o in outcomes], {name: {k: after[name].get(k, 0) - before[name].get(k, 0)
+                                                  for k in after[name]} for name in after}
 
 
 def main() -> None:
@@ -44,11 +51,12 @@ def main() -> None:
     args = parser.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
     rows = []
-    with misbehaving_upstream() as port:
+    with region("ireland", "--region", "aws:eu-west-1", "--client-location", "lagos", "--stall", "0.1:2") as stalls, \
+            region("london", "--region", "aws:eu-west-2", "--client-location", "lagos") as steady:
         for label, hedge in (("no hedging", {"enabled": False}),
                              ("hedging (p90, budget 10 %)", {"percentile": 90, "budget": 0.10})):
-            times, upstream = run(port, hedge, args.requests, args.concurrency)
-            sent = upstream.get("stalls", 0) + upstream.get("steady", 0)
+            times, upstream = run(stalls, steady, hedge, args.requests, args.concurrency)
+            sent = sum(counted.get("received", 0) for counted in upstream.values())
             rows.append((label, times, upstream, sent))
     print(f"machine: {platform.node()} · {os.cpu_count()} cores · python {platform.python_version()} · "
           f"{args.requests} streams, {args.concurrency} at a time")
@@ -56,7 +64,7 @@ def main() -> None:
     print("| gateway | p50 TTFT (ms) | p90 (ms) | p99 (ms) | max (ms) | upstream requests | extra | cut off |")
     print("|---|---|---|---|---|---|---|---|")
     for label, times, upstream, sent in rows:
-        cut = upstream.get("stalls cut off", 0) + upstream.get("steady cut off", 0)
+        cut = sum(counted.get("abandoned", 0) for counted in upstream.values())
         print(f"| {label} | {statistics.median(times) * 1000:.0f} | {percentile(times, 90) * 1000:.0f} | "
               f"{percentile(times, 99) * 1000:.0f} | {max(times) * 1000:.0f} | {sent} | "
               f"{(sent - args.requests) / args.requests:.1%} | {cut} |")

@@ -1,11 +1,12 @@
-"""What the routing benchmarks share: the misbehaving upstream's process and counts, and a client that
-sends streams (or whole requests) through the gateway and records each one's outcome, route and time to
-first token."""
+"""What the routing benchmarks share: simulated regions (`firsttoken sim` processes) with known faults and
+what they counted, and a client that sends streams (or whole requests) through the gateway and records each
+one's outcome, route and time to first token."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -17,6 +18,8 @@ import httpx
 from gateway_overhead import ROOT, WORK, process
 from wrk import CLIENT_KEY
 
+MODEL = "llama-3.1-8b"
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -25,28 +28,42 @@ class Outcome:
     ttft_s: float  # to the first content (a whole answer: to the answer)
 
 
+@dataclass(frozen=True)
+class Region:
+    """A `firsttoken sim` process: its port and process (to kill)."""
+
+    name: str
+    port: int
+    process: subprocess.Popen[bytes]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def requests(self) -> dict[str, int]:
+        """What became of the requests that reached it: received, answered, refused, failed, abandoned."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/sim/stats", timeout=5) as reply:
+            return json.loads(reply.read())["requests"]
+
+    def faults(self, **changes: float | str) -> None:
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/sim/faults", method="POST",
+                                         data=json.dumps(changes).encode())
+        urllib.request.urlopen(request, timeout=5).read()
+
+
 @contextmanager
-def misbehaving_upstream() -> Iterator[int]:
-    """bench/misbehaving_upstream.py on a free loopback port: its port."""
+def region(name: str, *flags: str) -> Iterator[Region]:
+    """`firsttoken sim --model llama-3.1-8b FLAGS` on a free loopback port."""
     port = fixtures.free_port()
-    argv = [str(ROOT / ".venv" / "bin" / "python"), str(ROOT / "bench" / "misbehaving_upstream.py"), str(port)]
-    with process(argv, WORK / "misbehaving-upstream.log"):
+    argv = [str(ROOT / ".venv" / "bin" / "python"), "-m", "firsttoken", "sim", "--port", str(port),
+            "--model", MODEL, *flags]
+    with process(argv, WORK / f"sim-{name}.log") as proc:
         fixtures.wait_for(f"http://127.0.0.1:{port}/v1/models")
-        yield port
-
-
-def counts(port: int) -> dict[str, int]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/counts", timeout=5) as reply:
-        return json.loads(reply.read())
-
-
-def degrade(port: int, model: str, ms: int) -> None:
-    urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/degrade?model={model}&ms={ms}",
-                                                  method="POST"), timeout=5).read()
+        yield Region(name, port, proc)
 
 
 async def send(url: str, requests: int, concurrency: int, stream: bool | None = True,
-               model: str = "chat") -> list[Outcome]:
+               model: str = "chat", max_tokens: int = 10) -> list[Outcome]:
     """`requests` requests, `concurrency` at a time, in order of sending; stream None alternates."""
     outcomes: list[Outcome | None] = [None] * requests
     queue = iter(range(requests))
@@ -55,7 +72,8 @@ async def send(url: str, requests: int, concurrency: int, stream: bool | None = 
         async def worker() -> None:
             for n in queue:
                 streaming = (n % 2 == 0) if stream is None else stream
-                body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "stream": streaming}
+                body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "stream": streaming,
+                        "max_tokens": max_tokens}
                 started = time.perf_counter()
                 first, ok = None, False
                 async with client.stream("POST", "/v1/chat/completions", json=body) as reply:

@@ -167,9 +167,19 @@ class Hedge(_Strict):
     budget: float = Field(0.05, ge=0, le=1, description="hedges per client request, on average")
     percentile: float = Field(90, gt=0, lt=100, description="the target's recent TTFT percentile to wait for")
     median_times: float = Field(3.0, gt=1, description="…but never more than this many times its median")
+    min_median_times: float = Field(1.5, ge=1, description="…and never less: a first token a little late is "
+                                                           "noise, and a hedge sent then would rarely win")
     min_s: float = Field(0.05, ge=0, description="never hedge sooner than this")
     max_s: float = Field(2.0, gt=0, description="never wait longer than this (also before any measurement)")
     min_samples: int = Field(20, ge=1, description="measured first tokens before the percentile is trusted")
+
+    @model_validator(mode="after")
+    def _bounds_in_order(self) -> Hedge:
+        if self.min_median_times > self.median_times:
+            raise ValueError(f"min_median_times ({self.min_median_times}) is above median_times ({self.median_times})")
+        if self.min_s > self.max_s:
+            raise ValueError(f"min_s ({self.min_s}) is above max_s ({self.max_s})")
+        return self
 
 
 class Routing(_Strict):

@@ -4,10 +4,11 @@ seeded by distance and moved by measurements, the retry budget, and the order th
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 
-from firsttoken.config import Breaker, Routing
+from firsttoken.config import Breaker, ConfigError, Routing, validate
 from firsttoken.routing.budget import Budget
 from firsttoken.routing.estimate import FORGET_S, TtftEstimate
 from firsttoken.routing.health import Health, State, retry_after_s
@@ -131,3 +132,19 @@ def test_hedges_start_with_none_saved_and_wait_for_a_late_first_token() -> None:
         route.succeeded(NEAR, True, ms)
     assert route.hedge_delay(NEAR) == pytest.approx(0.165)
     assert router(clock, hedge={"enabled": False}).hedge_delay(NEAR) is None
+
+
+def test_a_steady_target_is_hedged_only_when_clearly_late() -> None:
+    route = router(Clock(), hedge={"min_samples": 10, "percentile": 90})
+    for ms in (100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 120):
+        route.started(NEAR)
+        route.succeeded(NEAR, True, ms)
+    # The p90 (109 ms) is noise away from the median: wait for one and a half medians instead.
+    assert route.hedge_delay(NEAR) == pytest.approx(0.1575)
+
+
+@pytest.mark.parametrize(("hedge", "says"), [({"min_median_times": 4}, "min_median_times (4.0) is above"),
+                                             ({"min_s": 3}, "min_s (3.0) is above max_s")])
+def test_hedge_bounds_must_be_in_order(hedge: dict, says: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        validate({"routing": {"hedge": hedge}}, "test")

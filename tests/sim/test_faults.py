@@ -3,6 +3,8 @@ connection, a busy region, all repeatable from a seed and changeable while the r
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
 
@@ -93,3 +95,16 @@ def test_the_region_counts_what_became_of_each_request() -> None:
         assert counted["answered"] == 6 and counted["failed"] and counted["refused"]
         client.delete("/sim/stats")
         assert client.get("/sim/stats").json()["requests"] == {}
+
+
+def test_a_client_that_leaves_a_stall_is_counted_as_abandoned() -> None:
+    with region_on_loopback(faults={"stall_share": 1, "stall_s": 5}) as (port, _):
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=ASK, timeout=0.3)
+        counted: dict = {}
+        for _ in range(50):  # the region notices the connection closing within a few ms
+            counted = httpx.get(f"http://127.0.0.1:{port}/sim/stats").json()["requests"]
+            if "abandoned" in counted:
+                break
+            time.sleep(0.02)
+        assert counted == {"received": 1, "abandoned": 1}

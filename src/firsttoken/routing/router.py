@@ -99,16 +99,22 @@ class Router:
 
     def hedge_delay(self, target: Target, stream: bool = True) -> float | None:
         """Seconds to wait for the first token from `target` (a whole answer's first byte, for one that is not
-        streamed) before racing the next target: its recent p90, but no more than three times its median
-        (where stalls are common, 10 % and more, the p90 is itself a stall), within bounds; None when
-        hedging is off."""
+        streamed) before racing the next target: its recent p90, kept between 1.5 and 3 times its median,
+        within bounds; None when hedging is off.
+
+        The multiples of the median keep the budget for stalls. Where stalls are common (10 % and more),
+        the p90 is itself a stall, hence the upper one. Where first tokens are steady, the p90 is barely
+        above the median: one in ten requests would pass it by noise, spend the budget on hedges that
+        could not win, and leave none for the stalls, hence the lower one."""
         hedge = self.settings.hedge
         if not hedge.enabled:
             return None
         estimate = self.state(target).estimate(stream)
         if len(estimate.recent) < hedge.min_samples:
             return hedge.max_s
-        late = min(estimate.percentile(hedge.percentile) or 0.0, hedge.median_times * (estimate.percentile(50) or 0.0))
+        median = estimate.percentile(50) or 0.0
+        late = min(max(estimate.percentile(hedge.percentile) or 0.0, hedge.min_median_times * median),
+                   hedge.median_times * median)
         return min(max(late / 1000.0, hedge.min_s), hedge.max_s)
 
     def ready(self, target: Target) -> bool:

@@ -156,7 +156,11 @@ class SimServer:
         renderer = wire.renderer(ask, answer)
         delivery = Delivery(len(answer.pieces), one_way, self.lateness, renderer if ask.stream else None)
         if fault.delay_s:  # a stall or a busy region: it counts as queue in the ground truth
-            await _until(arrived + fault.delay_s)
+            try:
+                await _until(arrived + fault.delay_s)
+            except asyncio.CancelledError:  # the client gave up on it (or hedged it elsewhere)
+                self.requests["abandoned"] += 1
+                raise
         admitted = loop.time()
         try:
             replica = self.region.admit(ask.model, sequence, key, admitted, delivery,
