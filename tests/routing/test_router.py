@@ -25,7 +25,7 @@ class Clock:
 
 
 NEAR, FAR = Target("lagos", "m"), Target("virginia", "m")
-FLOORS = {"lagos": 5.0, "virginia": 130.0, "frankfurt": 90.0}
+FLOORS = {"lagos": 5.0, "virginia": 130.0, "frankfurt": 90.0, "capetown": 60.0}
 
 
 def router(clock: Clock, **routing: object) -> Router:
@@ -91,9 +91,22 @@ def test_measurements_override_distance_and_busy_targets_lose() -> None:
     route.succeeded(FAR, True, 300.0)
     assert route.order("chat", [NEAR, FAR], stream=True) == [FAR, NEAR]
     assert route.order("chat", [NEAR, FAR], stream=False) == [NEAR, FAR]  # whole answers are measured apart
-    for _ in range(3):
-        route.started(FAR)  # three in flight: 300 × 4 > 900
+    for _ in range(5):
+        route.started(FAR)  # five in flight: 130 + (300 − 130) × 6 > 900
     assert route.order("chat", [NEAR, FAR], stream=True) == [NEAR, FAR]
+
+
+def test_load_multiplies_the_time_at_the_far_end_not_the_way_there() -> None:
+    route, capetown = router(Clock()), Target("capetown", "m")
+    route.started(capetown)
+    route.succeeded(capetown, True, 90.0)  # 60 of it the way there and back
+    route.started(FAR)
+    route.succeeded(FAR, True, 150.0)
+    route.started(capetown)  # one in flight: 60 + 30 × 2 = 120 < 150 (90 × 2 would send it to Virginia)
+    assert route.order("chat", [capetown, FAR], stream=True) == [capetown, FAR]
+    for _ in range(2):
+        route.started(capetown)  # three: 60 + 30 × 4 = 180 > 150
+    assert route.order("chat", [capetown, FAR], stream=True) == [FAR, capetown]
 
 
 def test_an_open_or_cooling_target_goes_last_and_an_ordered_alias_keeps_its_order() -> None:

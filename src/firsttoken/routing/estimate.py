@@ -37,6 +37,15 @@ class TtftEstimate:
         kept = math.exp(-(now - self.measured_at) / FORGET_S)
         return self.prior + (self.mean - self.prior) * kept
 
+    def cost(self, now: float, in_flight: int) -> float:
+        """The expected time to first token of one more request while `in_flight` others are served. Only
+        the part above the floor (the far end's queue and prefill, and the path's excess) grows with the
+        load; the way there and back does not, so a near region a request or two busy still beats a far
+        one that is idle, as it should: peak-EWMA's estimate × (1 + in flight) assumes every target is
+        as far away, and would send a share of traffic across an ocean to avoid a few ms of queue."""
+        value = self.value(now)
+        return self.prior + max(value - self.prior, 0.0) * (1 + in_flight)
+
     def percentile(self, q: float) -> float | None:
         """The q-th percentile (0–100, nearest rank) of the recent measurements; None before any."""
         if not self.recent:
