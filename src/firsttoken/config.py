@@ -187,6 +187,8 @@ class Routing(_Strict):
         "fastest", description="fastest: by expected time to first token; ordered: as the alias lists them")
     ordered: list[str] = Field(default_factory=list, description="aliases whose targets keep their written order")
     weights: dict[str, float] = Field(default_factory=dict, description="upstream/model → weight in the draw")
+    load_bias: float = Field(0.5, ge=0, le=4, description="how much requests in flight count against a target: "
+                             "its time above the floor × (1 + in flight) ** load_bias (0: not at all)")
     retry_budget: float = Field(0.2, ge=0, le=10, description="retries allowed per client request, on average")
     breaker: Breaker = Field(default_factory=Breaker)
     hedge: Hedge = Field(default_factory=Hedge)

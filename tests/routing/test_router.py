@@ -91,22 +91,27 @@ def test_measurements_override_distance_and_busy_targets_lose() -> None:
     route.succeeded(FAR, True, 300.0)
     assert route.order("chat", [NEAR, FAR], stream=True) == [FAR, NEAR]
     assert route.order("chat", [NEAR, FAR], stream=False) == [NEAR, FAR]  # whole answers are measured apart
-    for _ in range(5):
-        route.started(FAR)  # five in flight: 130 + (300 − 130) × 6 > 900
+    for _ in range(20):
+        route.started(FAR)  # twenty in flight: 130 + (300 − 130) × √21 > 900
     assert route.order("chat", [NEAR, FAR], stream=True) == [NEAR, FAR]
 
 
-def test_load_multiplies_the_time_at_the_far_end_not_the_way_there() -> None:
-    route, capetown = router(Clock()), Target("capetown", "m")
+@pytest.mark.parametrize(("bias", "in_flight", "first"), [
+    (0.5, 1, "capetown"),  # 60 + 30 × √2 = 102 < 150 (90 × 2 = 180 would send it to Virginia)
+    (0.5, 7, "capetown"),  # 60 + 30 × √8 = 145 < 150
+    (0.5, 9, "virginia"),  # 60 + 30 × √10 = 155 > 150
+    (1.0, 3, "virginia"),  # 60 + 30 × 4 = 180 > 150
+    (0.0, 50, "capetown"),  # load not counted at all
+])
+def test_load_multiplies_the_time_at_the_far_end_not_the_way_there(bias: float, in_flight: int, first: str) -> None:
+    route, capetown = router(Clock(), load_bias=bias), Target("capetown", "m")
     route.started(capetown)
     route.succeeded(capetown, True, 90.0)  # 60 of it the way there and back
     route.started(FAR)
     route.succeeded(FAR, True, 150.0)
-    route.started(capetown)  # one in flight: 60 + 30 × 2 = 120 < 150 (90 × 2 would send it to Virginia)
-    assert route.order("chat", [capetown, FAR], stream=True) == [capetown, FAR]
-    for _ in range(2):
-        route.started(capetown)  # three: 60 + 30 × 4 = 180 > 150
-    assert route.order("chat", [capetown, FAR], stream=True) == [FAR, capetown]
+    for _ in range(in_flight):
+        route.started(capetown)
+    assert route.order("chat", [capetown, FAR], stream=True)[0].upstream == first
 
 
 def test_an_open_or_cooling_target_goes_last_and_an_ordered_alias_keeps_its_order() -> None:

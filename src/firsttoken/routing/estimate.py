@@ -37,14 +37,16 @@ class TtftEstimate:
         kept = math.exp(-(now - self.measured_at) / FORGET_S)
         return self.prior + (self.mean - self.prior) * kept
 
-    def cost(self, now: float, in_flight: int) -> float:
-        """The expected time to first token of one more request while `in_flight` others are served. Only
-        the part above the floor (the far end's queue and prefill, and the path's excess) grows with the
-        load; the way there and back does not, so a near region a request or two busy still beats a far
-        one that is idle, as it should: peak-EWMA's estimate × (1 + in flight) assumes every target is
-        as far away, and would send a share of traffic across an ocean to avoid a few ms of queue."""
+    def cost(self, now: float, in_flight: int, bias: float = 1.0) -> float:
+        """The expected time to first token of one more request while `in_flight` others are served: the
+        part above the floor (the far end's queue and prefill, and the path's excess) times
+        (1 + in_flight) ** bias. The way there and back does not grow with the load, so a near region a
+        request or two busy still beats a far one that is idle: peak-EWMA's estimate × (1 + in flight)
+        assumes every target is as far away, and would send a share of traffic across an ocean to save
+        a few ms of queue. `bias` (Envoy's active_request_bias) below 1 says that one more request costs
+        a batching server less than a whole request's time; what it does cost shows in the measurements."""
         value = self.value(now)
-        return self.prior + max(value - self.prior, 0.0) * (1 + in_flight)
+        return self.prior + max(value - self.prior, 0.0) * (1 + in_flight) ** bias
 
     def percentile(self, q: float) -> float | None:
         """The q-th percentile (0–100, nearest rank) of the recent measurements; None before any."""
