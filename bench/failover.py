@@ -51,7 +51,8 @@ def failing(healthy: Region, how: str, requests: int, concurrency: int) -> str:
                 reached_text = f"{reached} before it died"
             else:
                 outcomes = asyncio.run(send(gateway, requests, concurrency, stream=None))
-                reached_text = str(bad.requests().get("received", 0))
+                counted = bad.requests()
+                reached_text = f"{counted.get('received', 0)} ({counted.get('answered', 0)} answered there)"
     ok = sum(o.ok for o in outcomes)
     times = [o.ttft_s for o in outcomes if o.ok]
     return (f"| {how} | {ok}/{len(outcomes)} ({ok / len(outcomes):.0%}) | {reached_text} | "
