@@ -90,12 +90,14 @@ def b(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimProcess]:
 
 
 @contextmanager
-def regions(workdir: Path, b: SimProcess, *a_args: str, ordered: bool = True) -> Iterator[
-        tuple[GatewayProcess, SimProcess, openai.OpenAI]]:
+def regions(workdir: Path, b: SimProcess, *a_args: str, ordered: bool = True, a_warm: int | None = None
+            ) -> Iterator[tuple[GatewayProcess, SimProcess, openai.OpenAI]]:
     """Region `a` (started with `a_args`) and the shared `b` behind alias `chat`, through a new gateway
-    (so that its router starts with no memory). `ordered`: `a` is always tried first while it is healthy."""
+    (so that its router starts with no memory). `ordered`: `a` is always tried first while it is healthy.
+    `a_warm`: connections kept open to `a` ahead of need (the pool's default when None)."""
     with SimProcess(workdir, "--model", MODEL, *a_args, name="a") as a:
-        settings = {"upstreams": {"a": {"url": a.url}, "b": {"url": b.url}},
+        upstream_a = {"url": a.url, **({"pool": {"warm": a_warm}} if a_warm is not None else {})}
+        settings = {"upstreams": {"a": upstream_a, "b": {"url": b.url}},
                     "models": {"chat": [A, B]},
                     "routing": {"ordered": ["chat"] if ordered else []},
                     "keys": [{"name": "app", "key": CLIENT_KEY}]}
@@ -135,14 +137,18 @@ def test_a_killed_upstream_is_invisible(b: SimProcess, tmp_path: Path, in_flight
     assert all(logged[x.request_id]["attempts"] == 1 and logged[x.request_id]["route"] == A for x in healthy)
 
 
-# A reset drops the connection as the request arrives; the gateway's `_open` (server/forward.py) sends a
-# request once more on a fresh connection when the server disconnects, so each attempt reaches `a` twice.
-@pytest.mark.parametrize(("fail", "sends_per_attempt"), [("1:500", 1), ("1:503", 1), ("1:reset", 2)],
-                         ids=["500", "503", "reset"])
+# A reset drops the connection as the request arrives. The gateway sends a request once more only when a
+# pooled connection was dropped under it (server/forward.py `_open`: the keep-alive race, where the
+# upstream never saw it); on a new connection the upstream may have started on it, so it is not resent.
+# With no warm connections to `a`, every attempt opens one: one send each. With warm ones, an attempt on
+# a pooled connection may be sent twice.
+@pytest.mark.parametrize(("fail", "a_warm", "max_sends"), [("1:500", None, 1), ("1:503", None, 1),
+                                                           ("1:reset", 0, 1), ("1:reset", None, 2)],
+                         ids=["500", "503", "reset-fresh", "reset-pooled"])
 def test_a_failing_upstream_is_invisible_and_left_out(b: SimProcess, tmp_path: Path, fail: str,
-                                                       sends_per_attempt: int) -> None:
+                                                       a_warm: int | None, max_sends: int) -> None:
     n = 20
-    with regions(tmp_path, b, "--fail", fail) as (gateway, a, client):
+    with regions(tmp_path, b, "--fail", fail, a_warm=a_warm) as (gateway, a, client):
         started = time.monotonic()
         answered = run(client, n)
         took = time.monotonic() - started
@@ -153,8 +159,10 @@ def test_a_failing_upstream_is_invisible_and_left_out(b: SimProcess, tmp_path: P
     # while open it goes last (never tried, since b answers). The run takes about a second, so `a` sees
     # exactly BREAKER.failures attempts; one half-open probe more only if the machine stalled past open_s.
     probes = 0 if took < BREAKER.open_s else 1
-    assert failed == (BREAKER.failures + probes) * sends_per_attempt, (failed, took)
-    assert failed <= 6 * sends_per_attempt < n
+    attempts = BREAKER.failures + probes
+    assert attempts <= failed <= attempts * max_sends, (failed, took)
+    if max_sends == 1:
+        assert failed == attempts
     retried = [j["attempts"] for j in seen]
     assert retried[:BREAKER.failures] == [2] * BREAKER.failures and retried.count(2) == BREAKER.failures + probes
     assert all(j["status"] == 200 and j["route"] == B for j in seen)

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,33 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def answers(process: subprocess.Popen[bytes], url: str, timeout_s: float, what: str, log: Callable[[], str]) -> bool:
+    """Wait until GET `url` answers 200 (True) or `timeout_s` passes (False); RuntimeError if the process
+    exits first."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited early ({process.returncode}):\n{log()}")
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    return False
+
+
+def terminate(process: subprocess.Popen[bytes] | None) -> None:
+    """SIGTERM, and SIGKILL after 10 s."""
+    if process is not None and process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 class GatewayProcess:
@@ -44,28 +72,15 @@ class GatewayProcess:
             [sys.executable, "-m", "firsttoken", "serve", "--config", str(self.config_path),
              "--port", str(self.port), *self.args],
             stdout=self._log, stderr=subprocess.STDOUT, env=self.env, cwd=self.workdir)
-        deadline = time.monotonic() + 60  # a gateway that loads an embedding model takes seconds on a busy machine
         path = "/readyz" if self.wait_ready else "/healthz"
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"gateway exited early:\n{self.log()}")
-            try:
-                if httpx.get(self.url + path, timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
+        # a gateway that loads an embedding model takes seconds on a busy machine
+        if answers(self.process, self.url + path, 60, "gateway", self.log):
+            return self
         self.__exit__()
         raise RuntimeError(f"gateway did not become ready:\n{self.log()}")
 
     def __exit__(self, *exc: object) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        terminate(self.process)
         self._log.close()
 
     def log(self) -> str:

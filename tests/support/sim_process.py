@@ -4,17 +4,15 @@ say what became of the requests it saw (GET /sim/stats)."""
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from support.gateway_process import free_port
+from support.gateway_process import answers, free_port, terminate
 
 
 class SimProcess:
@@ -47,16 +45,9 @@ class SimProcess:
 
     def wait_ready(self, timeout: float = 30.0) -> SimProcess:
         assert self.process is not None, "start() first"
-        deadline = time.monotonic() + timeout  # an import-heavy start takes seconds on a busy machine
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"sim exited early ({self.process.returncode}):\n{self.log()}")
-            try:
-                if httpx.get(self.url + "/models", timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
+        # an import-heavy start takes seconds on a busy machine
+        if answers(self.process, self.url + "/models", timeout, "sim", self.log):
+            return self
         self.stop()
         raise RuntimeError(f"sim did not become ready:\n{self.log()}")
 
@@ -67,13 +58,7 @@ class SimProcess:
         self.stop()
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        terminate(self.process)
         if self._log is not None:
             self._log.close()
             self._log = None

@@ -2,11 +2,11 @@
 first, among the healthy ones.
 
 For an alias with several targets, two candidates are drawn at random (by their configured weights)
-and the one with the lower cost goes first: its expected time to first token, the part above the
-physics floor multiplied by one more than the requests it is already serving, to the power
-`routing.load_bias` ("power of two choices":
-a target that is near but busy loses to one that is a little farther and idle, and no single fastest
-target takes every burst; see TtftEstimate.cost). The rest follow by cost. Targets that are open-circuited or cooling after a 429 go last, for when nothing else answers.
+and the one with the lower cost goes first: its expected time to first token, with the part above the
+physics floor multiplied by (1 + the requests it is already serving) ** `routing.load_bias` ("power of
+two choices": a target that is near but busy loses to one that is a little farther and idle, and no
+single fastest target takes every burst; see TtftEstimate.cost). The rest follow by cost. Targets that
+are open-circuited or cooling after a 429 go last, for when nothing else answers.
 An alias listed in `routing.ordered` keeps the order it was written in.
 """
 

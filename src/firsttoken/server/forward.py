@@ -82,20 +82,26 @@ def _timeout(link: UpstreamLink, which: str = "first_byte") -> GatewayError:
 
 
 async def _open(link: UpstreamLink, request: UpstreamRequest, timeline: Timeline) -> aiohttp.ClientResponse:
-    """Send the request and wait for the response headers; once more if the pooled connection was
-    closed under us (the upstream's keep-alive timer and our reuse can cross: it never saw it)."""
-    session = link.pool.session
-    assert session is not None
+    """Send the request and wait for the response headers; once more if a pooled connection was closed
+    under us (the upstream's keep-alive timer and our reuse can cross: it never saw the request). A new
+    connection that drops is a failure like any other: the upstream may have seen the request and
+    started on it, so sending it again is the router's call, within its retry budget."""
+    session, connector = link.pool.session, link.pool.connector
+    assert session is not None and connector is not None
+    opened = connector.connections_opened
     try:
         # No redirects: aiohttp would carry api-key / x-api-key headers to wherever they point.
         response = await session.post(request.url, data=request.data, headers=request.headers,
                                       allow_redirects=False)
     except aiohttp.ServerDisconnectedError:
+        # Any connection opened meanwhile (by this request or, rarely, another) counts as ours: when in
+        # doubt, do not send again.
+        if connector.connections_opened != opened:
+            raise
         response = await session.post(request.url, data=request.data, headers=request.headers,
                                       allow_redirects=False)
     timeline.first_byte = perf_counter()
-    assert link.pool.connector is not None
-    timeline.opened(link.pool.connector.handshake(response))
+    timeline.opened(connector.handshake(response))
     timeline.upstream_rtt = UPSTREAM_RTT.rtt(getattr(protocol_of(response), "transport", None),
                                              timeline.first_byte, fresh=not timeline.reused)
     timeline.upstream_timing = response.headers.get("Server-Timing")

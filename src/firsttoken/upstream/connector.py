@@ -58,6 +58,7 @@ class TimedConnector(aiohttp.TCPConnector):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.opened: weakref.WeakKeyDictionary[Any, Handshake] = weakref.WeakKeyDictionary()
+        self.connections_opened = 0  # ever, by this connector
         make_protocol = self._factory
 
         def timed_factory() -> Any:
@@ -78,6 +79,7 @@ class TimedConnector(aiohttp.TCPConnector):
 
     async def _create_connection(self, req: Any, traces: Any, timeout: Any) -> Any:
         handshake = Handshake(perf_counter(), tls=req.is_ssl())
+        self.connections_opened += 1
         token = _opening.set(handshake)
         try:
             protocol = await super()._create_connection(req, traces, timeout)
