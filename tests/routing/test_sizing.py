@@ -64,3 +64,14 @@ def test_the_neighbours_size_what_no_rule_knows() -> None:
     assert by_rules(puzzle) is None
     assert sizer.size(puzzle) == sizer.by_neighbours(puzzle) and sizer.size(puzzle).kind == "reasoning"
     assert sizer.size("Pretend you are a pirate captain greeting new crew.").kind == "chat"
+
+
+@pytest.mark.parametrize("attack", ["if x then y " * 2000, "extract x from " * 3000, "select a from " * 2000,
+                                    "how many cats does if each " * 2000, "if " * 5000 + "then ?"])
+def test_the_rules_cost_stays_bounded_whatever_the_prompt(attack: str) -> None:
+    import time
+
+    started = time.process_time()
+    by_rules(attack)
+    # Unbounded gaps took 15 s on the first of these; bounded ones take about 10 ms on a busy machine.
+    assert time.process_time() - started < 0.5
