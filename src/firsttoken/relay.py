@@ -22,6 +22,7 @@ import aiohttp
 import orjson
 
 from firsttoken.alarms import Alarms, Heartbeat
+from firsttoken.errors import GatewayError
 from firsttoken.journey.timeline import Timeline
 from firsttoken.sse import DONE, EventSplitter, data_field, error_event
 from firsttoken.upstream.adapter import StreamTranslator
@@ -60,6 +61,7 @@ def is_token_bearing(chunk: Any) -> bool:
 class RelayResult:
     clean: bool = False          # ended with [DONE] from the upstream, no error seen
     error: str | None = None
+    code: str | None = None      # the error event's code, when the relay wrote one
     usage: dict[str, Any] | None = None
 
 
@@ -77,7 +79,7 @@ class Relay:
     def __init__(self, response: aiohttp.ClientResponse, write: Write, timeline: Timeline, *,
                  translator: StreamTranslator | None, strip_usage: bool, alarms: Alarms, heartbeat: Heartbeat,
                  first_token_deadline: float, idle_s: float, upstream: str,
-                 capture: Capture | None = None) -> None:
+                 capture: Capture | None = None, deadline_error: GatewayError | None = None) -> None:
         self.response = response
         self.write = write
         self.timeline = timeline
@@ -86,6 +88,9 @@ class Relay:
         self.alarms = alarms
         self.heartbeat = heartbeat
         self.first_token_deadline = first_token_deadline
+        # What to say when the first token's deadline passes, when that deadline is the client's own (and
+        # so no fault of the upstream's); None: the upstream timed out.
+        self.deadline_error = deadline_error
         self.idle_s = idle_s
         self.upstream = upstream
         self.result = RelayResult()
@@ -120,8 +125,12 @@ class Relay:
                     limit.reschedule(loop.time() + self.idle_s)
             await self._end_of_stream(splitter)
         except TimeoutError:
-            waited = "the first token" if not self.timeline.first_token else "the next chunk"
-            await self._fail(f"upstream {self.upstream} timed out waiting for {waited}", "upstream_timeout")
+            if not self.timeline.first_token and self.deadline_error is not None:
+                error = self.deadline_error
+                await self._fail(error.message, error.code or "timeout", error.type)
+            else:
+                waited = "the first token" if not self.timeline.first_token else "the next chunk"
+                await self._fail(f"upstream {self.upstream} timed out waiting for {waited}", "upstream_timeout")
         except (aiohttp.ClientError, ConnectionError) as exc:
             await self._fail(f"upstream {self.upstream} broke the stream: {type(exc).__name__}",
                              "upstream_stream_broken")
@@ -211,12 +220,13 @@ class Relay:
         self._close()
         await self._flush()
 
-    async def _fail(self, message: str, code: str) -> None:
+    async def _fail(self, message: str, code: str, kind: str = "upstream_error") -> None:
         log.warning("%s", message)
         self.result.error = message
+        self.result.code = code
         self.result.clean = False
         if not self._done:
-            self._out.append(error_event({"error": {"message": message, "type": "upstream_error",
+            self._out.append(error_event({"error": {"message": message, "type": kind,
                                                     "param": None, "code": code}})[:-2])
         self._close()
         await self._flush()

@@ -23,8 +23,9 @@ def gateway(upstream, tmp_path_factory):
                 "models": {"stalls": ["fake/sleep-3000", "fake/echo"],
                            "queued": ["fake/late-1500", "fake/echo"],
                            "slow-hedge": ["fake/sleep-400", "fake/sleep-3000"],
-                           "no-hedge": ["fake/sleep-600", "fake/echo"]},
-                "routing": {"ordered": ["stalls", "queued", "slow-hedge", "no-hedge"],
+                           "no-hedge": ["fake/sleep-600", "fake/echo"],
+                           "breaks": ["fake/fail-early", "fake/echo"]},
+                "routing": {"ordered": ["stalls", "queued", "slow-hedge", "no-hedge", "breaks"],
                             "hedge": {"max_s": 0.2, "budget": 1.0}},  # every request may hedge
                 "keys": [{"name": "app", "key": CLIENT_KEY}]}
     with GatewayProcess(settings, tmp_path_factory.mktemp("hedging")) as running:
@@ -65,6 +66,28 @@ def test_the_loser_is_cut_off_so_its_provider_stops_generating(gateway, upstream
     while upstream.stats.aborted_streams == aborted and time.monotonic() < deadline:
         time.sleep(0.05)
     assert upstream.stats.aborted_streams == aborted + 1  # its next write found the connection closed
+
+
+def test_a_stream_that_breaks_before_its_first_token_moves_to_the_next_target(gateway, upstream) -> None:
+    before = upstream.stats.by_model["fail-early"]
+    route, text, _ = stream(gateway, "breaks")  # raced, so its headers wait for a token: nothing was sent
+    assert route == "fake/echo" and text == "echo: race me"
+    assert upstream.stats.by_model["fail-early"] - before == 1
+    journey = httpx.get(gateway.url + "/v1/journeys?limit=1", headers={"authorization": f"Bearer {CLIENT_KEY}"})
+    assert journey.json()["data"][0]["attempts"] == 2
+
+
+def test_a_client_that_leaves_while_the_hedge_waits_stops_the_upstream(gateway, upstream) -> None:
+    aborted, echoes = upstream.stats.aborted_streams, upstream.stats.by_model["echo"]
+    body = {"model": "queued", "messages": USER, "stream": True}
+    with pytest.raises(httpx.ReadTimeout):  # it leaves after 0.1 s, before the hedge would go at 0.2 s
+        httpx.post(gateway.url + "/v1/chat/completions", json=body, timeout=httpx.Timeout(5, read=0.1),
+                   headers={"authorization": f"Bearer {CLIENT_KEY}"})
+    deadline = time.monotonic() + 5
+    while upstream.stats.aborted_streams == aborted and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert upstream.stats.aborted_streams == aborted + 1  # late-1500's next write found its connection closed
+    assert upstream.stats.by_model["echo"] == echoes  # and no hedge went out for a client that had gone
 
 
 def test_the_first_target_can_still_win_after_a_hedge_went_out(gateway) -> None:

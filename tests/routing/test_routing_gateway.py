@@ -4,15 +4,21 @@ request still succeeds, and a 429 cools its target for the Retry-After it sent."
 
 from __future__ import annotations
 
+import asyncio
+import json
 import time
 from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
+import httpx
 import openai
 import pytest
 
 from conftest import CLIENT_KEY
 from support.gateway_process import GatewayProcess
 from support.openai_upstream import UPSTREAM_KEY
+from support.threaded import InThread
 
 USER = [{"role": "user", "content": "route me"}]
 
@@ -24,7 +30,8 @@ def gateway(upstream, tmp_path_factory):
                            "failing": ["fake/error-500", "fake/echo"],
                            "limited": ["fake/error-429", "fake/echo"],
                            "fixed": ["fake/sleep-400", "fake/sleep-20"],
-                           "hangs": ["fake/hang", "fake/echo"]},
+                           "hangs": ["fake/hang", "fake/echo"],
+                           "queued-alone": ["fake/late-2000"]},
                 "routing": {"ordered": ["fixed", "hangs"], "hedge": {"enabled": False}},
                 "keys": [{"name": "app", "key": CLIENT_KEY}]}
     with GatewayProcess(settings, tmp_path_factory.mktemp("routing")) as running:
@@ -80,6 +87,20 @@ def test_the_clients_deadline_is_honoured(gateway, upstream, stream: bool) -> No
     assert upstream.stats.by_model["echo"] == before  # nothing was tried after the deadline
 
 
+def test_a_deadline_that_passes_on_an_open_stream_is_no_fault_of_the_target(gateway) -> None:
+    # The stream opens at once and its first token is 2 s away: the client's 0.3 s pass first, each time.
+    for _ in range(6):  # more than the 5 failures in a row that would open the target's circuit
+        with client(gateway).chat.completions.with_streaming_response.create(
+                model="queued-alone", messages=USER, stream=True,
+                extra_headers={"x-firsttoken-timeout": "0.3"}) as raw:
+            lines = list(raw.iter_lines())
+        errors = [json.loads(line[6:])["error"] for line in lines if line.startswith('data: {"error"')]
+        assert [e["code"] for e in errors] == ["client_deadline"] and [x for x in lines if x][-1] == "data: [DONE]"
+        assert "0.3 s this request allowed" in errors[0]["message"]
+    metrics = httpx.get(gateway.url + "/metrics", headers={"authorization": f"Bearer {CLIENT_KEY}"}).text
+    assert 'firsttoken_target_circuit_open{target="fake/late-2000"} 0.0' in metrics
+
+
 def test_the_sdks_read_timeout_bounds_a_whole_answer(gateway) -> None:
     slow = openai.OpenAI(base_url=gateway.url + "/v1", api_key=CLIENT_KEY, max_retries=0, timeout=0.6)
     started = time.perf_counter()
@@ -92,3 +113,32 @@ def test_a_deadline_that_is_not_a_number_is_refused(gateway) -> None:
     with pytest.raises(openai.BadRequestError, match="x-firsttoken-timeout must be a number"):
         client(gateway).chat.completions.create(model="chat-never-reached", messages=USER,
                                                 extra_headers={"x-firsttoken-timeout": "soon"})
+
+
+@asynccontextmanager
+async def not_http() -> AsyncIterator[int]:
+    """A server on loopback that answers every request with a line that is not HTTP: its port."""
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(65536)
+        writer.write(b"NOT HTTP AT ALL\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    async with server:
+        yield server.sockets[0].getsockname()[1]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_upstream_that_does_not_speak_http_counts_as_failed(upstream, tmp_path, stream: bool) -> None:
+    with InThread(not_http) as port:
+        settings = {"upstreams": {"junk": {"url": f"http://127.0.0.1:{port}/v1", "pool": {"warm": 0}},
+                                  "fake": {"url": upstream.url, "key": UPSTREAM_KEY}},
+                    "models": {"junk-first": ["junk/x", "fake/echo"], "junk-only": ["junk/x"]},
+                    "routing": {"ordered": ["junk-first"]}, "keys": [{"name": "app", "key": CLIENT_KEY}]}
+        with GatewayProcess(settings, tmp_path) as gateway:
+            assert routes(gateway, "junk-first", 2, stream) == {"fake/echo": 2}
+            with pytest.raises(openai.APIStatusError) as refused:
+                client(gateway).chat.completions.create(model="junk-only", messages=USER, stream=stream)
+    assert refused.value.status_code == 502 and refused.value.code == "upstream_bad_response"
+    assert "is not valid HTTP: Bad status line" in refused.value.message

@@ -144,6 +144,10 @@ def build_app(stats: Stats) -> web.Application:
         extra = {"usage": None} if usage_asked else {}
         try:
             await response.write(_chunk(model, {"role": "assistant", "content": ""}, **extra))
+            if model == "fail-early":  # the stream opens, then the connection drops before any token
+                assert request.transport is not None
+                request.transport.abort()
+                return response
             if model.startswith("late-"):  # a provider's queue: the stream is open, the first token is not
                 await asyncio.sleep(int(model.split("-")[1]) / 1000)
             if model == "flood":

@@ -38,7 +38,8 @@ _RULES: list[tuple[str, re.Pattern[str]]] = [(kind, re.compile(pattern, _FLAGS))
              r"\b(?:code|program|script|function|algorithm|implement|debug|compile|refactor|unit test|stack trace|"
              r"traceback|api endpoint)\b"),
     ("extraction", r"^\W*(?:please\s+)?(?:extract|parse|pull|list all|find all|identify)\b|"
-                   r"\bextract\b.{1,80}\bfrom\b|\bnamed entities\b|\bfrom the (?:following|text|document|passage|notes)\b"),
+                   r"\bextract\b.{1,80}\bfrom\b|\bnamed entities\b|"
+                   r"\bfrom the (?:following|text|document|passage|notes)\b"),
     ("classification", r"^\W*(?:please\s+)?(?:classify|categori[sz]e|label|tag|rate)\b|\bsentiment\b|"
                        r"\b(?:spam or not|true or false|positive or negative|which (?:category|department|class))\b"),
     ("reasoning", r"\b(?:prove|proof|step by step|solve|calculate|compute|probability|equation|integral|derivative|"

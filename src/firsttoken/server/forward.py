@@ -44,8 +44,9 @@ from firsttoken.upstream.registry import UpstreamLink, Upstreams
 log = logging.getLogger("firsttoken.forward")
 
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
-# Connection-level failures before a response: the next target may well succeed.
-CONNECTION_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, ConnectionError, OSError)
+# Failures to get or read a response (the connection, or a response that is not HTTP): the next target
+# may well succeed. aiohttp.ClientError covers its connection, payload and malformed-response errors.
+CONNECTION_ERRORS = (aiohttp.ClientError, ConnectionError, OSError)
 _PASSED_HEADERS = (b"retry-after", b"x-ratelimit-")
 
 BuildRequest = Callable[[UpstreamLink, Target], UpstreamRequest]
@@ -67,6 +68,10 @@ def _connection_error(link: UpstreamLink, exc: BaseException) -> GatewayError:
     if isinstance(exc, aiohttp.ServerTimeoutError):
         return gateway_timeout(f"upstream {link.name} did not answer within {link.settings.timeouts.connect:g} s "
                                f"of connecting; check that it is up, or raise its timeouts.")
+    if isinstance(exc, aiohttp.ClientResponseError):
+        return bad_gateway(f"upstream {link.name} ({link.settings.public_url}) sent a response that is not valid "
+                           f"HTTP: {exc.message.splitlines()[0] if exc.message else exc.status}",
+                           code="upstream_bad_response")
     return bad_gateway(f"upstream {link.name} ({link.settings.public_url}) is unreachable: {type(exc).__name__}"
                        f"{': ' + str(exc) if str(exc) else ''}")
 
@@ -252,11 +257,10 @@ async def _fetch(upstreams: Upstreams, alarms: Alarms, target: Target, build: Bu
         assert attempt.failure is not None
         return attempt.failure
     try:
-        with alarms.deadline(alarms.now() + link.settings.timeouts.idle):
-            data = await response.read()
-    except TimeoutError:
+        data = await _read_body(alarms, link, response)
+    except GatewayError as error:
         response.close()
-        return _timeout(link, "idle")
+        return error
     except CONNECTION_ERRORS as exc:
         response.close()
         return _connection_error(link, exc)
@@ -267,6 +271,18 @@ async def _fetch(upstreams: Upstreams, alarms: Alarms, target: Target, build: Bu
     if response.status >= 300:
         return _refusal(link, response, data)
     return Fetched(link, response, data)
+
+
+async def _read_body(alarms: Alarms, link: UpstreamLink, response: aiohttp.ClientResponse) -> bytes:
+    """A whole body, read within the upstream's idle timeout and the client's deadline; a GatewayError
+    (a 504 naming which) when one passes."""
+    idle = alarms.now() + link.settings.timeouts.idle
+    client = CLIENT_DEADLINE.get()
+    try:
+        with alarms.deadline(idle if client is None else min(idle, client.at)):
+            return await response.read()
+    except TimeoutError:
+        raise client.passed() if client is not None and client.at <= idle else _timeout(link, "idle") from None
 
 
 async def _deliver(fetched: Fetched, translate: Callable[[UpstreamLink, bytes], bytes], send: Send,
@@ -294,6 +310,7 @@ class StreamForwarder:
         self.upstreams = upstreams
         self.router = router
         self.broken = False  # the last relay ended without [DONE]: a failure of its target
+        self.gave_up = False  # the last relay ended because the client's deadline passed
         self.keep = keep
         self.capture = capture
         self.alarms = alarms
@@ -350,19 +367,24 @@ class StreamForwarder:
     async def _race(self, first: Target, waiting: list[Target], delay: float) -> GatewayError | None:
         """`first`, raced by the next target when its first token is later than `delay` (server/hedge.py)."""
         race = Race(self)
-        lane = race.start(first, self.timeline, self._lane)
-        assert lane.task is not None
-        await asyncio.wait({lane.task}, timeout=delay)
-        if (not lane.task.done() and race.winner is None and self.router.ready(waiting[0])
-                and self.router.may_hedge()):
-            race.start(waiting.pop(0), self.timeline.for_hedge(), self._lane)
-        return await race.finish()
+        try:
+            lane = race.start(first, self.timeline, self._lane)
+            assert lane.task is not None
+            await asyncio.wait({lane.task}, timeout=delay)
+            if (not lane.task.done() and race.winner is None and self.router.ready(waiting[0])
+                    and self.router.may_hedge()):
+                race.start(waiting.pop(0), self.timeline.for_hedge(), self._lane)
+            return await race.finish()
+        finally:
+            await race.abandon()  # the client left (or a bug): no lane may run on without it
 
     async def _stream(self, target: Target, lane: Lane | None = None) -> GatewayError | None:
         """One target's stream relayed to the client (through its lane's race, when hedged); else why not.
         What happened goes to the router; a lane that lost its race was told to it already."""
         timeline = self.timeline if lane is None else lane.timeline
         self.router.started(target)
+        if lane is not None:
+            lane.started = True
         try:
             failure = await self._attempt_stream(target, timeline, lane)
         except BaseException:
@@ -370,7 +392,10 @@ class StreamForwarder:
                 self.router.settled(target)
             raise
         won = lane is None or lane.race.winner is lane
-        _judge(self.router, target, True, self.timeline if won else timeline, failure, won and self.broken)
+        if won and failure is None and self.gave_up:
+            self.router.settled(target)
+        else:
+            _judge(self.router, target, True, self.timeline if won else timeline, failure, won and self.broken)
         return failure
 
     async def _attempt_stream(self, target: Target, timeline: Timeline, lane: Lane | None) -> GatewayError | None:
@@ -380,8 +405,8 @@ class StreamForwarder:
             return attempt.failure
         try:
             return await self._answer(link, response, attempt.deadline, lane)
-        except TimeoutError:  # reading a refusal's body (a stream's own failures end in the relay)
-            return _timeout(link, "idle")
+        except GatewayError as error:  # reading a refusal's body (a stream's own failures end in the relay)
+            return error
         except CONNECTION_ERRORS as exc:
             return _connection_error(link, exc)
         finally:
@@ -393,13 +418,10 @@ class StreamForwarder:
         """Relay one upstream response; a GatewayError when it refused (nothing relayed yet). A lane's
         relay writes through its race until the race is decided."""
         if response.status >= 300:
-            with self.alarms.deadline(self.alarms.now() + link.settings.timeouts.idle):
-                data = await response.read()
-            return _refusal(link, response, data)
+            return _refusal(link, response, await _read_body(self.alarms, link, response))
         if not response.content_type.startswith("text/event-stream"):
             # Some servers answer a stream request with one JSON body; pass it on as it is.
-            with self.alarms.deadline(self.alarms.now() + link.settings.timeouts.idle):
-                data = await response.read()
+            data = await _read_body(self.alarms, link, response)
             if lane is not None and not await lane.claim():
                 return None
             await self.heartbeat.stop()  # first: a beat in flight may still start the stream
@@ -414,18 +436,24 @@ class StreamForwarder:
             await self.start(passthrough_headers(response))
         else:
             lane.headers = passthrough_headers(response)
+        client = CLIENT_DEADLINE.get()
+        gave_up = client.passed() if client is not None and deadline == client.at else None
         relay = Relay(response, self.write if lane is None else lane.write, self.timeline if lane is None else
                       lane.timeline, translator=link.adapter.stream_translator(True),  # usage for us; stripped
                       strip_usage=not self.client_wants_usage, alarms=self.alarms, heartbeat=self.heartbeat,
                       first_token_deadline=deadline, idle_s=link.settings.timeouts.idle, upstream=link.name,
-                      capture=self.capture if lane is None else lane.capture)
+                      capture=self.capture if lane is None else lane.capture, deadline_error=gave_up)
         if lane is not None:
             lane.relay = relay
         result = await relay.run()
         if lane is not None and lane.race.winner is not lane:
+            if gave_up is not None and result.code == CLIENT_GAVE_UP:
+                return gave_up
             return bad_gateway(f"upstream {link.name}: {result.error or 'the stream ended without a token'}",
                                code="upstream_stream_broken")
-        self.broken = not result.clean
+        # The client's deadline passing is no fault of the target's (see _judge).
+        self.gave_up = result.code == CLIENT_GAVE_UP
+        self.broken = not result.clean and not self.gave_up
         usage = result.usage or {}
         output, prompt = usage.get("completion_tokens"), usage.get("prompt_tokens")
         self.timeline.output_tokens = output if isinstance(output, int) else None

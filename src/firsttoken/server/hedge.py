@@ -10,7 +10,9 @@ token seen wins: the race adopts its timeline into the request's, hands it the r
 sends the response headers (so that x-firsttoken-route names the winner and the hedge), writes what the
 lane held back and lets it write straight to the client from then on. The other lane is cancelled at
 once, which closes its connection, so its provider stops generating. A lane that ends without a token
-while the other still runs is dropped; when both end without one, the last to end is the answer.
+is dropped, and its failure is the race's when no lane wins (nothing has reached the client, so the
+next target may be tried); a stream that ended cleanly without a token (an empty answer) is an answer
+once no other lane runs.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class Lane:
         self.relay: Relay | None = None
         self.task: asyncio.Task[GatewayError | None] | None = None
         self.ended = False
+        self.started = False  # its attempt began (the router counts it in flight)
         self.lost = False  # the race told the router already
 
     async def write(self, data: bytes, last: bool = False) -> None:
@@ -52,7 +55,8 @@ class Lane:
             return
         if race.winner is not None:
             return  # lost: it is being cancelled
-        if self.timeline.first_token or (last and not race.others_running(self)):
+        clean = self.relay is not None and self.relay.result.clean  # read before the relay's last write
+        if self.timeline.first_token or (last and clean and not race.others_running(self)):
             await race.crown(self)
             await race.forwarder.write(b"".join(self.held) + data, last)
             self.held.clear()
@@ -107,21 +111,34 @@ class Race:
             lane.relay.capture = None
         for other in losers:
             if other.task is not None and not other.task.done():
-                other.lost = True
-                forwarder.router.lost(other.target, True, (perf_counter() - other.timeline.sent) * 1000.0)
+                if other.started:  # a hedge cancelled before it ran was never in flight
+                    other.lost = True
+                    forwarder.router.lost(other.target, True, (perf_counter() - other.timeline.sent) * 1000.0)
                 other.task.cancel()  # closes its connection: the provider stops generating
         await forwarder.start(lane.headers)
 
     async def finish(self) -> GatewayError | None:
-        """Wait for every lane; the winner's outcome (its exception, if it raised one), or the last failure."""
+        """Wait for every lane; the winner's outcome (its exception, if it raised one), or with no winner the
+        last failure (an exception other than a failure is a bug, and is raised)."""
         outcomes = await asyncio.gather(*(lane.task for lane in self.lanes if lane.task), return_exceptions=True)
         for lane, outcome in zip(self.lanes, outcomes, strict=True):
             if lane is self.winner:
                 if isinstance(outcome, BaseException):
                     raise outcome
                 return outcome
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException) and not isinstance(outcome, GatewayError):
+                raise outcome
         failures = [o for o in outcomes if isinstance(o, GatewayError)]
         return failures[-1] if failures else None
+
+    async def abandon(self) -> None:
+        """Cancel the lanes still running and wait for them to close their connections (the client left)."""
+        running = [lane.task for lane in self.lanes if lane.task is not None and not lane.task.done()]
+        for task in running:
+            task.cancel()
+        if running:
+            await asyncio.gather(*running, return_exceptions=True)
 
 
 # An attempt at a whole answer: the answer (anything but a GatewayError), or why there is none. The set
@@ -135,15 +152,16 @@ async def race_whole(router: Router, fetch: Fetch, first: Target, waiting: list[
     wins, and the other's connection is closed."""
     lost: set[Target] = set()
     lanes = {asyncio.ensure_future(fetch(first, timeline, lost)): (first, timeline)}
-    await asyncio.wait(lanes, timeout=delay)
-    if not any(lane.done() for lane in lanes) and router.ready(waiting[0]) and router.may_hedge():
-        second = waiting.pop(0)
-        twin = timeline.for_hedge()
-        lanes[asyncio.ensure_future(fetch(second, twin, lost))] = (second, twin)
-    labels = [target.label.encode() for target, _ in lanes.values()]
     pending = set(lanes)
     outcome: Any = None
     try:
+        await asyncio.wait(lanes, timeout=delay)
+        if not any(lane.done() for lane in lanes) and router.ready(waiting[0]) and router.may_hedge():
+            second = waiting.pop(0)
+            twin = timeline.for_hedge()
+            lanes[asyncio.ensure_future(fetch(second, twin, lost))] = (second, twin)
+        labels = [target.label.encode() for target, _ in lanes.values()]
+        pending = set(lanes)
         while pending:
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
             for lane in done:
@@ -153,8 +171,9 @@ async def race_whole(router: Router, fetch: Fetch, first: Target, waiting: list[
                 target, record = lanes[lane]
                 for other in pending:
                     loser, its = lanes[other]
-                    lost.add(loser)
-                    router.lost(loser, False, (perf_counter() - its.sent) * 1000.0)
+                    if its.sent:  # a hedge cancelled before it ran was never in flight
+                        lost.add(loser)
+                        router.lost(loser, False, (perf_counter() - its.sent) * 1000.0)
                     other.cancel()  # closes its connection
                 if record is not timeline:
                     timeline.adopt(record)
@@ -163,7 +182,9 @@ async def race_whole(router: Router, fetch: Fetch, first: Target, waiting: list[
                 if len(labels) > 1:
                     timeline.hedge = (b"; hedged-by=" + labels[1]) if target is first else (b"; hedge-of=" + labels[0])
                 return outcome
-    finally:
+    finally:  # the client left, or a lane raised: no lane runs on without it
         for lane in pending:
             lane.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
     return outcome
