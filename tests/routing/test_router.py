@@ -166,3 +166,31 @@ def test_a_steady_target_is_hedged_only_when_clearly_late() -> None:
 def test_hedge_bounds_must_be_in_order(hedge: dict, says: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(says)):
         validate({"routing": {"hedge": hedge}}, "test")
+
+
+def test_keep_warm_trusts_a_learned_unload_only_after_two_cold_starts() -> None:
+    from types import SimpleNamespace
+
+    from firsttoken.config import KeepWarm as KeepWarmSettings
+    from firsttoken.routing.keepwarm import KeepWarm
+
+    clock = Clock()
+    route = router(clock)
+    upstreams = {"lagos": SimpleNamespace(settings=SimpleNamespace(keep_warm=KeepWarmSettings()))}
+    keep_warm = KeepWarm(route, upstreams)  # type: ignore[arg-type]
+    state = route.state(NEAR)
+
+    def request_after_idle(idle_s: float, ttft_ms: float) -> None:
+        clock.now += idle_s
+        route.started(NEAR)
+        route.succeeded(NEAR, True, ttft_ms)
+
+    for _ in range(5):
+        request_after_idle(0.1, 50.0)  # warm
+    request_after_idle(2.0, 900.0)  # slow after a pause: an unload, or a queue
+    assert state.cold.shortest_idle_before_cold_s == 2.0
+    clock.now += 1.7
+    assert not keep_warm.due(state)  # one is not enough to ping every 1.6 s
+    request_after_idle(5.0, 950.0)
+    clock.now += 1.7
+    assert keep_warm.due(state)  # two: ping at four fifths of the shortest idle spell

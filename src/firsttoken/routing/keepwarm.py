@@ -1,7 +1,9 @@
 """Keep-warm: for upstreams marked scale-to-zero (`keep_warm:`), a minimal request (max_tokens 1) to each
 model they served, when it has been idle long enough that the platform would unload it: the configured
-`idle_s`, or, when none is, four fifths of the shortest idle spell the router saw end in a cold start.
-A model that no client has asked for is not pinged, and each gets at most `max_per_hour` pings.
+`idle_s`, or, when none is, four fifths of the shortest idle spell the router saw end in a cold start,
+once it has seen two (one slow first token after a pause may be a queue, not an unload, and acting on it
+could spend the hour's pings in a minute). A model that no client has asked for is not pinged, and each
+gets at most `max_per_hour` pings.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ log = logging.getLogger("firsttoken.keepwarm")
 
 TICK_S = 0.25
 LEARNED_MARGIN = 0.8  # ping this far into the idle spell that was seen to unload the model
+LEARN_AFTER = 2  # cold starts seen before their idle spells are trusted
 PING = {"messages": [{"role": "user", "content": "ping"}], "max_tokens": 1}
 
 
@@ -49,8 +52,9 @@ class KeepWarm:
         if keep_warm is None:
             return False
         idle_s = keep_warm.idle_s
-        if idle_s is None and state.cold.shortest_idle_before_cold_s is not None:
-            idle_s = LEARNED_MARGIN * state.cold.shortest_idle_before_cold_s
+        learned = state.cold.shortest_idle_before_cold_s
+        if idle_s is None and learned is not None and len(state.cold.cold) >= LEARN_AFTER:
+            idle_s = LEARNED_MARGIN * learned
         if idle_s is None or self.router.idle_for(state) < idle_s:
             return False
         sent = self.pings.setdefault(state.target.label, deque())
@@ -62,14 +66,20 @@ class KeepWarm:
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(TICK_S)
-            for state in self.router.states():
-                if self.due(state):
-                    self.pings[state.target.label].append(time.monotonic())
-                    self.sent += 1
-                    self.router.pinged(state)
-                    ping = asyncio.get_running_loop().create_task(self._ping(state))
-                    self._pinging.add(ping)
-                    ping.add_done_callback(self._pinging.discard)
+            try:
+                self._tick()
+            except Exception:  # a bug here must not end keep-warm for the life of the process
+                log.exception("keep-warm failed this tick")
+
+    def _tick(self) -> None:
+        for state in self.router.states():
+            if self.due(state):
+                self.pings[state.target.label].append(time.monotonic())
+                self.sent += 1
+                self.router.pinged(state)
+                ping = asyncio.get_running_loop().create_task(self._ping(state))
+                self._pinging.add(ping)
+                ping.add_done_callback(self._pinging.discard)
 
     async def _ping(self, state: TargetState) -> None:
         link = self.upstreams[state.target.upstream]
