@@ -31,7 +31,8 @@ def gateway(upstream, tmp_path_factory):
                            "limited": ["fake/error-429", "fake/echo"],
                            "fixed": ["fake/sleep-400", "fake/sleep-20"],
                            "hangs": ["fake/hang", "fake/echo"],
-                           "queued-alone": ["fake/late-2000"]},
+                           "queued-alone": ["fake/late-2000"],
+                           "slow-body": ["fake/slow-body", "fake/echo"]},
                 "routing": {"ordered": ["fixed", "hangs"], "hedge": {"enabled": False}},
                 "keys": [{"name": "app", "key": CLIENT_KEY}]}
     with GatewayProcess(settings, tmp_path_factory.mktemp("routing")) as running:
@@ -85,6 +86,17 @@ def test_the_clients_deadline_is_honoured(gateway, upstream, stream: bool) -> No
     assert gave_up.value.status_code == 504 and gave_up.value.code == "client_deadline"
     assert "0.5 s this request allowed (x-firsttoken-timeout)" in gave_up.value.message
     assert upstream.stats.by_model["echo"] == before  # nothing was tried after the deadline
+
+
+def test_the_clients_deadline_bounds_reading_a_whole_answer_too(gateway, upstream) -> None:
+    echoes = upstream.stats.by_model["echo"]
+    started = time.perf_counter()
+    with pytest.raises(openai.APIStatusError) as gave_up:  # its headers come at once, its body after 3 s
+        client(gateway).chat.completions.create(model="slow-body", messages=USER,
+                                                extra_headers={"x-firsttoken-timeout": "0.5"})
+    assert time.perf_counter() - started < 2.0
+    assert gave_up.value.status_code == 504 and gave_up.value.code == "client_deadline"
+    assert upstream.stats.by_model["echo"] == echoes  # and nothing was tried after it
 
 
 def test_a_deadline_that_passes_on_an_open_stream_is_no_fault_of_the_target(gateway) -> None:

@@ -126,6 +126,13 @@ def build_app(stats: Stats) -> web.Application:
             words = ("echo: " + _last_user_text(body)).split(" ")
         # "no-store": an answer the upstream marks as not to be cached
         marks = {"Cache-Control": "no-store"} if model == "no-store" else {}
+        if model == "slow-body" and not body.get("stream"):  # headers at once, the answer 3 s later
+            slow = web.StreamResponse(headers={"Content-Type": "application/json"})
+            await slow.prepare(request)
+            await asyncio.sleep(3)
+            await slow.write(json.dumps({"id": "chatcmpl-test", "object": "chat.completion", "created": 1,
+                                         "model": model, "choices": []}).encode())
+            return slow
         if not body.get("stream"):
             message: dict[str, Any] = {"role": "assistant", "content": " ".join(words) if words else None}
             finish = "stop"
