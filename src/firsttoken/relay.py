@@ -79,7 +79,8 @@ class Relay:
     def __init__(self, response: aiohttp.ClientResponse, write: Write, timeline: Timeline, *,
                  translator: StreamTranslator | None, strip_usage: bool, alarms: Alarms, heartbeat: Heartbeat,
                  first_token_deadline: float, idle_s: float, upstream: str,
-                 capture: Capture | None = None, deadline_error: GatewayError | None = None) -> None:
+                 capture: Capture | None = None, deadline_error: GatewayError | None = None,
+                 on_first_token: Callable[[], None] | None = None) -> None:
         self.response = response
         self.write = write
         self.timeline = timeline
@@ -91,6 +92,7 @@ class Relay:
         # What to say when the first token's deadline passes, when that deadline is the client's own (and
         # so no fault of the upstream's); None: the upstream timed out.
         self.deadline_error = deadline_error
+        self.on_first_token = on_first_token  # told once, as the first token arrives
         self.idle_s = idle_s
         self.upstream = upstream
         self.result = RelayResult()
@@ -187,6 +189,8 @@ class Relay:
                     self._note_error(chunk)
                 elif is_token_bearing(chunk):
                     timeline.first_token = self._read_at
+                    if self.on_first_token is not None:
+                        self.on_first_token()
         elif event.startswith(_ERROR_EVENTS):  # an error event is an object whose first key is "error"
             chunk = _loads(data_field(event) or b"")
             if isinstance(chunk, dict) and "error" in chunk:

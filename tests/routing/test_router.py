@@ -194,3 +194,26 @@ def test_keep_warm_trusts_a_learned_unload_only_after_two_cold_starts() -> None:
     request_after_idle(5.0, 950.0)
     clock.now += 1.7
     assert keep_warm.due(state)  # two: ping at four fifths of the shortest idle spell
+
+
+def test_a_probe_closes_the_circuit_at_its_first_token_but_failures_still_count() -> None:
+    clock = Clock()
+    route = router(clock, breaker=Breaker(failures=2, open_s=10))
+    for _ in range(2):
+        route.started(NEAR)
+        route.failed(NEAR)
+    clock.now += 11
+    assert route.ready(NEAR)
+    route.started(NEAR)  # the half-open probe: a long stream
+    assert not route.ready(NEAR)
+    route.first_token(NEAR)
+    assert route.ready(NEAR)  # it answers: others may go while its stream runs on
+    route.failed(NEAR)  # …and then it breaks mid-stream: still failing in a row, so open again at once
+    assert not route.ready(NEAR)
+    fresh = router(Clock(), breaker=Breaker(failures=2, open_s=10))
+    for _ in range(2):  # a target whose streams always break after a token opens its circuit all the same
+        assert fresh.ready(NEAR)
+        fresh.started(NEAR)
+        fresh.first_token(NEAR)
+        fresh.failed(NEAR)
+    assert not fresh.ready(NEAR)

@@ -51,6 +51,12 @@ class Health:
         if self.state is State.HALF_OPEN:
             self.probing = True
 
+    def answered(self) -> None:
+        """A first token came: a half-open circuit closes. The failures in a row stand until the request
+        ends well, so a target that always breaks mid-stream still opens its circuit."""
+        if self.state is State.HALF_OPEN:
+            self.state, self.probing = State.CLOSED, False
+
     def succeeded(self) -> None:
         self.state, self.failures, self.open_s, self.probing = State.CLOSED, 0, self.base_open_s, False
 

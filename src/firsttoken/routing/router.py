@@ -147,6 +147,11 @@ class Router:
             if stream:
                 state.cold.observe(first_ms, woke_after_s)
 
+    def first_token(self, target: Target) -> None:
+        """A stream's first token came: the target answers, so a half-open circuit closes now rather than
+        when the stream ends, which may be minutes away. (How the stream ends is judged then too.)"""
+        self.state(target).health.answered()
+
     # --- idleness, for keep-warm ----------------------------------------------------------------
 
     def states(self) -> list[TargetState]:

@@ -404,7 +404,7 @@ class StreamForwarder:
         if response is None:
             return attempt.failure
         try:
-            return await self._answer(link, response, attempt.deadline, lane)
+            return await self._answer(target, link, response, attempt.deadline, lane)
         except GatewayError as error:  # reading a refusal's body (a stream's own failures end in the relay)
             return error
         except CONNECTION_ERRORS as exc:
@@ -413,7 +413,7 @@ class StreamForwarder:
             if not link.pool.releasing(response):
                 response.close()  # aborts a stream cut short, so the upstream stops generating
 
-    async def _answer(self, link: UpstreamLink, response: aiohttp.ClientResponse, deadline: float,
+    async def _answer(self, target: Target, link: UpstreamLink, response: aiohttp.ClientResponse, deadline: float,
                       lane: Lane | None = None) -> GatewayError | None:
         """Relay one upstream response; a GatewayError when it refused (nothing relayed yet). A lane's
         relay writes through its race until the race is decided."""
@@ -442,7 +442,8 @@ class StreamForwarder:
                       lane.timeline, translator=link.adapter.stream_translator(True),  # usage for us; stripped
                       strip_usage=not self.client_wants_usage, alarms=self.alarms, heartbeat=self.heartbeat,
                       first_token_deadline=deadline, idle_s=link.settings.timeouts.idle, upstream=link.name,
-                      capture=self.capture if lane is None else lane.capture, deadline_error=gave_up)
+                      capture=self.capture if lane is None else lane.capture, deadline_error=gave_up,
+                      on_first_token=lambda: self.router.first_token(target))
         if lane is not None:
             lane.relay = relay
         result = await relay.run()
