@@ -9,6 +9,8 @@ from typing import Any
 
 import orjson
 
+CLIENT_GAVE_UP = "client_deadline"  # the code of an error that the client's own deadline caused
+
 
 class GatewayError(Exception):
     """An error answered to the client; raised anywhere on the request path."""

@@ -62,6 +62,7 @@ class RelayResult:
     clean: bool = False          # ended with [DONE] from the upstream, no error seen
     error: str | None = None
     code: str | None = None      # the error event's code, when the relay wrote one
+    refused: bool = False        # the upstream sent an error event of type invalid_request_error
     usage: dict[str, Any] | None = None
 
 
@@ -213,6 +214,7 @@ class Relay:
     def _note_error(self, chunk: dict[str, Any]) -> None:
         error = chunk.get("error")
         self.result.error = str(error.get("message") if isinstance(error, dict) else error)
+        self.result.refused = isinstance(error, dict) and error.get("type") == "invalid_request_error"
 
     async def _end_of_stream(self, splitter: EventSplitter) -> None:
         """The upstream closed without `[DONE]`: flush what it owed, then close the client's stream."""

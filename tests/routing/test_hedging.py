@@ -24,8 +24,11 @@ def gateway(upstream, tmp_path_factory):
                            "queued": ["fake/late-1500", "fake/echo"],
                            "slow-hedge": ["fake/sleep-400", "fake/sleep-3000"],
                            "no-hedge": ["fake/sleep-600", "fake/echo"],
-                           "breaks": ["fake/fail-early", "fake/echo"]},
-                "routing": {"ordered": ["stalls", "queued", "slow-hedge", "no-hedge", "breaks"],
+                           "breaks": ["fake/fail-early", "fake/echo"],
+                           "refuses": ["fake/refuse-in-stream", "fake/echo"],
+                           "late-then-breaks": ["fake/late-5000", "fake/fail-early"]},
+                "routing": {"ordered": ["stalls", "queued", "slow-hedge", "no-hedge", "breaks", "refuses",
+                                        "late-then-breaks"],
                             "hedge": {"max_s": 0.2, "budget": 1.0}},  # every request may hedge
                 "keys": [{"name": "app", "key": CLIENT_KEY}]}
     with GatewayProcess(settings, tmp_path_factory.mktemp("hedging")) as running:
@@ -75,6 +78,25 @@ def test_a_stream_that_breaks_before_its_first_token_moves_to_the_next_target(ga
     assert upstream.stats.by_model["fail-early"] - before == 1
     journey = httpx.get(gateway.url + "/v1/journeys?limit=1", headers={"authorization": f"Bearer {CLIENT_KEY}"})
     assert journey.json()["data"][0]["attempts"] == 2
+
+
+def test_a_refusal_in_the_stream_is_the_clients_to_see_not_retried(gateway, upstream) -> None:
+    echoes = upstream.stats.by_model["echo"]
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=CLIENT_KEY, max_retries=0, timeout=20)
+    with pytest.raises(openai.APIError) as refused:
+        for _ in client.chat.completions.create(model="refuses", messages=USER, stream=True):
+            pass
+    assert refused.value.code == "context_length_exceeded" and "maximum context length" in refused.value.message
+    assert upstream.stats.by_model["echo"] == echoes  # another target would refuse it too
+
+
+def test_a_raced_request_whose_deadline_passes_hears_of_the_deadline(gateway) -> None:
+    # The first target's token is 5 s away; the hedge at 0.2 s breaks at once; the client allows 1 s.
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=CLIENT_KEY, max_retries=0, timeout=20)
+    with pytest.raises(openai.APIStatusError) as gave_up:
+        client.chat.completions.create(model="late-then-breaks", messages=USER, stream=True,
+                                       extra_headers={"x-firsttoken-timeout": "1"})
+    assert gave_up.value.status_code == 504 and gave_up.value.code == "client_deadline"
 
 
 def test_a_client_that_leaves_while_the_hedge_waits_stops_the_upstream(gateway, upstream) -> None:

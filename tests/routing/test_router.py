@@ -187,33 +187,13 @@ def test_keep_warm_trusts_a_learned_unload_only_after_two_cold_starts() -> None:
 
     for _ in range(5):
         request_after_idle(0.1, 50.0)  # warm
-    request_after_idle(2.0, 900.0)  # slow after a pause: an unload, or a queue
-    assert state.cold.shortest_idle_before_cold_s == 2.0
-    clock.now += 1.7
-    assert not keep_warm.due(state)  # one is not enough to ping every 1.6 s
-    request_after_idle(5.0, 950.0)
-    clock.now += 1.7
-    assert keep_warm.due(state)  # two: ping at four fifths of the shortest idle spell
-
-
-def test_a_probe_closes_the_circuit_at_its_first_token_but_failures_still_count() -> None:
-    clock = Clock()
-    route = router(clock, breaker=Breaker(failures=2, open_s=10))
-    for _ in range(2):
-        route.started(NEAR)
-        route.failed(NEAR)
+    request_after_idle(1.2, 900.0)  # slow after a short pause: a queue, as it happens, not an unload
+    assert state.cold.unloads_after_s == pytest.approx(1.2)
+    clock.now += 1.0
+    assert not keep_warm.due(state)  # one is not enough to ping every second
+    request_after_idle(599.0, 950.0)  # a real unload, after 600 s idle in all
+    assert state.cold.unloads_after_s == pytest.approx(600.0)  # two: the shortest of all is passed over
+    clock.now += 470
+    assert not keep_warm.due(state)
     clock.now += 11
-    assert route.ready(NEAR)
-    route.started(NEAR)  # the half-open probe: a long stream
-    assert not route.ready(NEAR)
-    route.first_token(NEAR)
-    assert route.ready(NEAR)  # it answers: others may go while its stream runs on
-    route.failed(NEAR)  # …and then it breaks mid-stream: still failing in a row, so open again at once
-    assert not route.ready(NEAR)
-    fresh = router(Clock(), breaker=Breaker(failures=2, open_s=10))
-    for _ in range(2):  # a target whose streams always break after a token opens its circuit all the same
-        assert fresh.ready(NEAR)
-        fresh.started(NEAR)
-        fresh.first_token(NEAR)
-        fresh.failed(NEAR)
-    assert not fresh.ready(NEAR)
+    assert keep_warm.due(state)  # four fifths of 600 s

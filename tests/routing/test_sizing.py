@@ -21,6 +21,10 @@ from support.openai_upstream import UPSTREAM_KEY
     ("Write a 500-word essay on the history of Lagos.", "long-form"),
     ("What is the capital of Kenya?", "short"),
     ("I had a rough day and just want to talk.", None),
+    ("Classify the sentiment of this review. " + "The room was fine, the staff polite. " * 150, "classification"),
+    ("Here are my notes. " * 600 + "Now write a 500-word essay from them.", "long-form"),
+    ("Solve this: if a train leaves Lagos at 9 with " + "its carriages full of traders and their goods, " * 6
+     + "then how long until it reaches Ibadan, 130 km away, at 60 km/h?", "reasoning"),
 ])
 def test_rules(text: str, kind: str | None) -> None:
     assert by_rules(text) == kind
@@ -73,5 +77,5 @@ def test_the_rules_cost_stays_bounded_whatever_the_prompt(attack: str) -> None:
 
     started = time.process_time()
     by_rules(attack)
-    # Unbounded gaps took 15 s on the first of these; bounded ones take about 10 ms on a busy machine.
+    # Unbounded gaps took 15 s on the first of these; bounded ones take tens of ms at most.
     assert time.process_time() - started < 0.5

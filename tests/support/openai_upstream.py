@@ -151,6 +151,13 @@ def build_app(stats: Stats) -> web.Application:
         extra = {"usage": None} if usage_asked else {}
         try:
             await response.write(_chunk(model, {"role": "assistant", "content": ""}, **extra))
+            if model == "refuse-in-stream":  # the stream opens, then the upstream refuses the request in it
+                refusal = {"error": {"message": "This model's maximum context length is 8192 tokens.",
+                                     "type": "invalid_request_error", "param": "messages",
+                                     "code": "context_length_exceeded"}}
+                await response.write(b"data: " + json.dumps(refusal).encode() + b"\n\ndata: [DONE]\n\n")
+                await response.write_eof()
+                return response
             if model == "fail-early":  # the stream opens, then the connection drops before any token
                 assert request.transport is not None
                 request.transport.abort()

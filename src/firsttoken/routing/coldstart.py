@@ -1,7 +1,9 @@
 """What scale-to-zero costs on one target, learned from the streams that found it idle: a first token far
 later than its warm ones, after an idle spell, was a cold start (the model loaded back onto a GPU). The
 penalty is the cold first tokens' median less the warm ones'; the shortest idle spell that was followed
-by a cold start says how soon the platform unloads, and so when a keep-warm ping must go."""
+by a cold start says how soon the platform unloads, and so when a keep-warm ping must go. Once there are
+two, the shortest of all is passed over: one slow first token after a pause may have been a queue, and a
+keep-warm that believed it could spend its hour's pings in a minute."""
 
 from __future__ import annotations
 
@@ -17,17 +19,22 @@ class ColdStarts:
     def __init__(self) -> None:
         self.warm: deque[float] = deque(maxlen=64)
         self.cold: deque[float] = deque(maxlen=16)
-        self.shortest_idle_before_cold_s: float | None = None
+        self.idle_before_cold: deque[float] = deque(maxlen=16)  # the idle spell that ended in each
 
     def observe(self, ttft_ms: float, idle_s: float | None) -> None:
         warm = statistics.median(self.warm) if self.warm else None
         if (idle_s is not None and idle_s >= MIN_IDLE_S and warm is not None
                 and ttft_ms > max(COLD_TIMES * warm, warm + COLD_EXTRA_MS)):
             self.cold.append(ttft_ms)
-            if self.shortest_idle_before_cold_s is None or idle_s < self.shortest_idle_before_cold_s:
-                self.shortest_idle_before_cold_s = idle_s
+            self.idle_before_cold.append(idle_s)
         else:
             self.warm.append(ttft_ms)
+
+    @property
+    def unloads_after_s(self) -> float | None:
+        """How long idle the platform keeps the model: see the module's docstring."""
+        spells = sorted(self.idle_before_cold)
+        return spells[1] if len(spells) > 1 else spells[0] if spells else None
 
     @property
     def penalty_ms(self) -> float | None:

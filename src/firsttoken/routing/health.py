@@ -36,6 +36,7 @@ class Health:
         self.open_until = 0.0
         self.cooled_until = 0.0
         self.probing = False
+        self.on_trial = False  # a probe answered (its first token came) and its request has not ended yet
 
     def available(self, now: float) -> bool:
         """Whether a request may go to this target now."""
@@ -52,18 +53,21 @@ class Health:
             self.probing = True
 
     def answered(self) -> None:
-        """A first token came: a half-open circuit closes. The failures in a row stand until the request
-        ends well, so a target that always breaks mid-stream still opens its circuit."""
+        """A first token came: a half-open circuit closes. Until the request ends well, the failures in a
+        row stand and the probe counts as on trial, so a target that always breaks mid-stream still opens
+        its circuit, for twice as long each time."""
         if self.state is State.HALF_OPEN:
-            self.state, self.probing = State.CLOSED, False
+            self.state, self.probing, self.on_trial = State.CLOSED, False, True
 
     def succeeded(self) -> None:
         self.state, self.failures, self.open_s, self.probing = State.CLOSED, 0, self.base_open_s, False
+        self.on_trial = False
 
     def failed(self, now: float) -> None:
         self.failures += 1
-        if self.state is State.HALF_OPEN:
+        if self.state is State.HALF_OPEN or self.on_trial:
             self.open_s = min(self.open_s * 2, self.max_open_s)
+            self.on_trial = False
         elif self.failures < self.threshold:
             return
         self.state, self.open_until, self.probing = State.OPEN, now + self.open_s, False

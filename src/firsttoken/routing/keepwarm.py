@@ -1,9 +1,9 @@
 """Keep-warm: for upstreams marked scale-to-zero (`keep_warm:`), a minimal request (max_tokens 1) to each
 model they served, when it has been idle long enough that the platform would unload it: the configured
-`idle_s`, or, when none is, four fifths of the shortest idle spell the router saw end in a cold start,
-once it has seen two (one slow first token after a pause may be a queue, not an unload, and acting on it
-could spend the hour's pings in a minute). A model that no client has asked for is not pinged, and each
-gets at most `max_per_hour` pings.
+`idle_s`, or, when none is, four fifths of how long the router saw the platform keep it idle
+(routing/coldstart.py), once it has seen two cold starts: one slow first token after a pause may be a
+queue, not an unload, and acting on it could spend the hour's pings in a minute. A model that no client
+has asked for is not pinged, and each gets at most `max_per_hour` pings.
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ class KeepWarm:
         if keep_warm is None:
             return False
         idle_s = keep_warm.idle_s
-        learned = state.cold.shortest_idle_before_cold_s
-        if idle_s is None and learned is not None and len(state.cold.cold) >= LEARN_AFTER:
+        learned = state.cold.unloads_after_s
+        if idle_s is None and learned is not None and len(state.cold.idle_before_cold) >= LEARN_AFTER:
             idle_s = LEARNED_MARGIN * learned
         if idle_s is None or self.router.idle_for(state) < idle_s:
             return False

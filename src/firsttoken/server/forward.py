@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 
 from firsttoken.alarms import Alarms
-from firsttoken.errors import GatewayError, bad_gateway, gateway_timeout
+from firsttoken.errors import CLIENT_GAVE_UP, GatewayError, bad_gateway, gateway_timeout
 from firsttoken.journey.tcp_info import RttReader
 from firsttoken.journey.timeline import Timeline
 from firsttoken.relay import Capture, Relay
@@ -112,8 +112,6 @@ async def _open(link: UpstreamLink, request: UpstreamRequest, timeline: Timeline
     timeline.upstream_timing = response.headers.get("Server-Timing")
     return response
 
-
-CLIENT_GAVE_UP = "client_deadline"
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,8 +307,9 @@ class StreamForwarder:
                  capture: Capture | None = None) -> None:
         self.upstreams = upstreams
         self.router = router
-        self.broken = False  # the last relay ended without [DONE]: a failure of its target
-        self.gave_up = False  # the last relay ended because the client's deadline passed
+        # How the last relayed stream ended, for the router: clean, broken (a failure of its target), or
+        # neither (the client's deadline passed, or the upstream refused the request in-stream).
+        self.ended_as = "clean"
         self.keep = keep
         self.capture = capture
         self.alarms = alarms
@@ -392,10 +391,11 @@ class StreamForwarder:
                 self.router.settled(target)
             raise
         won = lane is None or lane.race.winner is lane
-        if won and failure is None and self.gave_up:
+        if won and failure is None and self.ended_as == "neither":
             self.router.settled(target)
         else:
-            _judge(self.router, target, True, self.timeline if won else timeline, failure, won and self.broken)
+            _judge(self.router, target, True, self.timeline if won else timeline, failure,
+                   won and self.ended_as == "broken")
         return failure
 
     async def _attempt_stream(self, target: Target, timeline: Timeline, lane: Lane | None) -> GatewayError | None:
@@ -405,8 +405,6 @@ class StreamForwarder:
             return attempt.failure
         try:
             return await self._answer(target, link, response, attempt.deadline, lane)
-        except GatewayError as error:  # reading a refusal's body (a stream's own failures end in the relay)
-            return error
         except CONNECTION_ERRORS as exc:
             return _connection_error(link, exc)
         finally:
@@ -417,11 +415,14 @@ class StreamForwarder:
                       lane: Lane | None = None) -> GatewayError | None:
         """Relay one upstream response; a GatewayError when it refused (nothing relayed yet). A lane's
         relay writes through its race until the race is decided."""
+        if not (200 <= response.status < 300 and response.content_type.startswith("text/event-stream")):
+            try:  # a refusal, or (some servers) a stream request answered with one JSON body
+                data = await _read_body(self.alarms, link, response)
+            except GatewayError as error:  # a stream's own failures end in the relay
+                return error
         if response.status >= 300:
-            return _refusal(link, response, await _read_body(self.alarms, link, response))
+            return _refusal(link, response, data)
         if not response.content_type.startswith("text/event-stream"):
-            # Some servers answer a stream request with one JSON body; pass it on as it is.
-            data = await _read_body(self.alarms, link, response)
             if lane is not None and not await lane.claim():
                 return None
             await self.heartbeat.stop()  # first: a beat in flight may still start the stream
@@ -452,9 +453,10 @@ class StreamForwarder:
                 return gave_up
             return bad_gateway(f"upstream {link.name}: {result.error or 'the stream ended without a token'}",
                                code="upstream_stream_broken")
-        # The client's deadline passing is no fault of the target's (see _judge).
-        self.gave_up = result.code == CLIENT_GAVE_UP
-        self.broken = not result.clean and not self.gave_up
+        # Neither the client's deadline passing nor the upstream refusing the request in-stream is a fault
+        # of the target's (see _judge).
+        self.ended_as = ("clean" if result.clean else
+                         "neither" if result.code == CLIENT_GAVE_UP or result.refused else "broken")
         usage = result.usage or {}
         output, prompt = usage.get("completion_tokens"), usage.get("prompt_tokens")
         self.timeline.output_tokens = output if isinstance(output, int) else None

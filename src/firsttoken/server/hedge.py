@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
-from firsttoken.errors import GatewayError
+from firsttoken.errors import CLIENT_GAVE_UP, GatewayError
 from firsttoken.journey.timeline import Timeline
 from firsttoken.relay import Relay
 from firsttoken.routing.targets import Target
@@ -55,8 +55,10 @@ class Lane:
             return
         if race.winner is not None:
             return  # lost: it is being cancelled
-        clean = self.relay is not None and self.relay.result.clean  # read before the relay's last write
-        if self.timeline.first_token or (last and clean and not race.others_running(self)):
+        # An answer without a token: a clean empty one, or the upstream refusing the request in-stream (the
+        # client's to see); a stream that broke before a token is a failure, and the next target may try.
+        answer = self.relay is not None and (self.relay.result.clean or self.relay.result.refused)
+        if self.timeline.first_token or (last and answer and not race.others_running(self)):
             await race.crown(self)
             await race.forwarder.write(b"".join(self.held) + data, last)
             self.held.clear()
@@ -130,7 +132,9 @@ class Race:
             if isinstance(outcome, BaseException) and not isinstance(outcome, GatewayError):
                 raise outcome
         failures = [o for o in outcomes if isinstance(o, GatewayError)]
-        return failures[-1] if failures else None
+        # The client's deadline ends the request whatever else failed: it is what the client must hear.
+        gave_up = [f for f in failures if f.code == CLIENT_GAVE_UP]
+        return (gave_up or failures or [None])[-1]
 
     async def abandon(self) -> None:
         """Cancel the lanes still running and wait for them to close their connections (the client left)."""
