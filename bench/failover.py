@@ -12,7 +12,8 @@
 2. **A near and a far region.** Two sims serve the same model from `aws:af-south-1` (Cape Town) and
    `aws:us-east-1` (Virginia) to a gateway in Lagos; each adds its fibre delay both ways. Reported: which
    answered, in windows of 20 requests. After 60 % of the requests, Cape Town's queue grows by 400 ms
-   (`POST /sim/faults {"queue_ms": 400}`) and traffic should move to Virginia.
+   (`POST /sim/faults {"queue_ms": 400}`) and traffic should move to Virginia. Then Cape Town heals, and
+   traffic should come back: reported per 5 s for 90 s.
 
 Run by hand; CI never runs it.
 """
@@ -25,6 +26,7 @@ import os
 import platform
 import statistics
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -59,7 +61,7 @@ def failing(healthy: Region, how: str, requests: int, concurrency: int) -> str:
             f"{statistics.median(times) * 1000:.0f} | {percentile(times, 99) * 1000:.0f} |")
 
 
-def near_and_far(requests: int, concurrency: int) -> list[str]:
+def near_and_far(requests: int, concurrency: int) -> tuple[list[str], list[str]]:
     with region("capetown", "--region", "aws:af-south-1", "--client-location", "lagos") as near, \
             region("virginia", "--region", "aws:us-east-1", "--client-location", "lagos") as far:
         extra = {"location": "lagos",
@@ -71,7 +73,23 @@ def near_and_far(requests: int, concurrency: int) -> list[str]:
             first = asyncio.run(send(gateway, requests * 3 // 5, concurrency))
             near.faults(queue_ms=400)
             second = asyncio.run(send(gateway, requests - len(first), concurrency))
-    return windows(first, second)
+            near.faults(queue_ms=0)
+            back = coming_back(gateway, concurrency)
+    return windows(first, second), back
+
+
+def coming_back(gateway: str, concurrency: int, seconds: float = 90.0) -> list[str]:
+    """After Cape Town heals: per 5 s of traffic, how much of it went back there."""
+    rows, started = [], time.monotonic()
+    while time.monotonic() - started < seconds:
+        window_start = time.monotonic()
+        outcomes: list[Outcome] = []
+        while time.monotonic() - window_start < 5.0:
+            outcomes += asyncio.run(send(gateway, concurrency * 4, concurrency))
+        near = sum(o.route.startswith("capetown/") for o in outcomes)
+        rows.append(f"| {window_start - started:.0f}–{time.monotonic() - started:.0f} s | {near} | "
+                    f"{len(outcomes) - near} | {statistics.median(o.ttft_s for o in outcomes) * 1000:.0f} |")
+    return rows
 
 
 def windows(first: list[Outcome], second: list[Outcome]) -> list[str]:
@@ -94,7 +112,7 @@ def main() -> None:
     WORK.mkdir(parents=True, exist_ok=True)
     with region("good") as healthy:
         failures = [failing(healthy, how, args.requests, args.concurrency) for how in FAILURES]
-    rows = near_and_far(args.requests, args.concurrency)
+    rows, back = near_and_far(args.requests, args.concurrency)
     print(f"machine: {platform.node()} · {os.cpu_count()} cores · python {platform.python_version()} · "
           f"{args.requests} requests per scenario, {args.concurrency} at a time")
     print()
@@ -105,6 +123,10 @@ def main() -> None:
     print("| requests | to Cape Town (near) | to Virginia (far) | median TTFT (ms) |")
     print("|---|---|---|---|")
     print("\n".join(rows))
+    print()
+    print("| after Cape Town heals | to Cape Town (near) | to Virginia (far) | median TTFT (ms) |")
+    print("|---|---|---|---|")
+    print("\n".join(back))
 
 
 if __name__ == "__main__":
