@@ -82,14 +82,16 @@ def test_replicas_share_the_load() -> None:
 
 def test_several_models_and_overload_as_429() -> None:
     with region_on_loopback(models=["llama-3.1-8b", "qwen2.5-7b"], max_batch=1, max_queue=1,
-                            overload_status=429) as (port, _):
+                            overload_status=429) as (port, region):
         client = client_for(port, "k")
         assert [m.id for m in client.models.list()] == ["llama-3.1-8b", "qwen2.5-7b"]
+        replicas = region.replicas["llama-3.1-8b"]
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             pool.submit(_long_request, port)
-            time.sleep(0.1)
             pool.submit(_long_request, port)
-            time.sleep(0.1)
+            deadline = time.monotonic() + 10  # one runs (a batch of one), one waits: the queue is at its bound
+            while sum(r.engine.backlog() for r in replicas) < 1 and time.monotonic() < deadline:
+                time.sleep(0.01)
             with pytest.raises(openai.RateLimitError) as refused:
                 client.chat.completions.create(model="llama-3.1-8b", messages=MESSAGES, max_tokens=1)
             assert "overloaded" in refused.value.message
