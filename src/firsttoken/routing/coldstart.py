@@ -2,8 +2,8 @@
 later than its warm ones, after an idle spell, was a cold start (the model loaded back onto a GPU). The
 penalty is the cold first tokens' median less the warm ones'; the shortest idle spell that was followed
 by a cold start says how soon the platform unloads, and so when a keep-warm ping must go. Once there are
-two, the shortest of all is passed over: one slow first token after a pause may have been a queue, and a
-keep-warm that believed it could spend its hour's pings in a minute."""
+two, the shortest of all is passed over: one slow first token after a pause may have been a queue, and
+believing it could spend keep-warm's hourly pings in a minute."""
 
 from __future__ import annotations
 
