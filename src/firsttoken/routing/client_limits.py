@@ -21,6 +21,7 @@ from redis.exceptions import RedisError
 
 from firsttoken.config import ClientKey
 from firsttoken.errors import GatewayError
+from firsttoken.journey.timeline import Timeline
 from firsttoken.routing.ratelimit import KeyLimits, Refusal
 
 log = logging.getLogger("firsttoken.limits")
@@ -164,3 +165,13 @@ def _too_many(key: str, refusal: Refusal) -> GatewayError:
     return GatewayError(429, f"The client key {key!r} is over its limit of {refusal.allowed} {per} per minute; "
                              f"retry after {refusal.retry_after} s.", per, code="rate_limit_exceeded",
                         headers={"Retry-After": refusal.retry_after, f"x-ratelimit-limit-{per}": str(refusal.allowed)})
+
+
+def upstream_tokens(timeline: Timeline) -> int | None:
+    """What a request cost upstream in tokens, by the upstream's own usage: nothing for an answer from the
+    edge cache; None when the upstream did not say (the estimate stands)."""
+    if timeline.cache not in (b"miss", b"bypass"):
+        return 0
+    if timeline.input_tokens is None and timeline.output_tokens is None:
+        return None
+    return (timeline.input_tokens or 0) + (timeline.output_tokens or 0)

@@ -1,17 +1,18 @@
-"""The router's state for GET /metrics, read at scrape time (nothing on the request path): per target,
-the expected time to first token, requests in flight, whether its circuit is open, its cold-start
-penalty; and how many hedges went out and won, and keep-warm pings sent."""
+"""The router's state for GET /metrics and GET /v1/routing, read when asked (nothing on the request path):
+per target, the expected time to first token, requests in flight, whether its circuit is open, its
+cold-start penalty; and how many hedges went out and won, and keep-warm pings sent."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from firsttoken.routing.health import State
 from firsttoken.routing.keepwarm import KeepWarm
-from firsttoken.routing.router import Router
+from firsttoken.routing.router import Router, TargetState
 
 
 class RoutingCollector(Collector):
@@ -45,3 +46,18 @@ class RoutingCollector(Collector):
         pings = CounterMetricFamily("firsttoken_keep_warm_pings", "Keep-warm requests sent.")
         pings.add_metric([], self.keep_warm.sent)
         yield from (expected, in_flight, breaker, cold, hedges, pings)
+
+
+def target_view(router: Router, state: TargetState, keep_warm: KeepWarm) -> dict[str, Any]:
+    """One target as GET /v1/routing reports it."""
+
+    def ms(value: float | None) -> float | None:
+        return None if value is None else round(value, 1)
+
+    now = router.clock()
+    return {"target": state.target.label, "in_flight": state.in_flight, "breaker": state.health.state.value,
+            "expected_ttft_ms": {"stream": ms(state.streams.value(now)), "whole": ms(state.answers.value(now))},
+            "ttft_p90_ms": ms(state.streams.percentile(90)), "idle_s": ms(router.idle_for(state)),
+            "cold_start": {"penalty_ms": ms(state.cold.penalty_ms), "seen": len(state.cold.cold),
+                           "unloads_after_s": ms(state.cold.unloads_after_s)},
+            "keep_warm_pings_last_hour": len(keep_warm.pings.get(state.target.label, ()))}

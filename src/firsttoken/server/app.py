@@ -6,7 +6,6 @@ import asyncio
 import gc
 import itertools
 import logging
-import math
 import os
 from collections.abc import Awaitable, Callable
 from time import perf_counter
@@ -29,10 +28,10 @@ from firsttoken.journey.recent import RecentJourneys
 from firsttoken.journey.sink import JourneySink
 from firsttoken.journey.tcp_info import RttReader, client_transport
 from firsttoken.journey.timeline import Timeline
-from firsttoken.routing.client_limits import ClientLimits
+from firsttoken.routing.client_limits import ClientLimits, upstream_tokens
 from firsttoken.routing.keepwarm import KeepWarm
-from firsttoken.routing.metrics import RoutingCollector
-from firsttoken.routing.router import Router, TargetState
+from firsttoken.routing.metrics import RoutingCollector, target_view
+from firsttoken.routing.router import Router
 from firsttoken.routing.sizing import TaskRouter
 from firsttoken.routing.targets import Target, TargetResolver
 from firsttoken.server import validate
@@ -235,7 +234,7 @@ class Gateway:
                        work: Callable[[], Awaitable[None]]) -> None:
         """`work`, within the client key's rate limits (corrected from its usage after) and its deadline."""
         charge = await self.client_limits.admit(timeline.tenant, body) if self.client_limits else None
-        CLIENT_DEADLINE.set(client_deadline(scope["headers"], stream, self.alarms.now()))
+        CLIENT_DEADLINE.set(ClientDeadline.from_headers(scope["headers"], stream, self.alarms.now()))
         try:
             await work()
         finally:
@@ -336,7 +335,7 @@ class Gateway:
     async def routing(self, scope: Scope, receive: Receive, send: Send, base: Headers, timeline: Timeline) -> None:
         """What the router knows of each target it has sent requests to (this worker's)."""
         self.keys.tenant(scope)
-        await send_json(send, 200, {"object": "list", "data": [routing_view(self.router, state, self.keep_warm)
+        await send_json(send, 200, {"object": "list", "data": [target_view(self.router, state, self.keep_warm)
                                                                 for state in self.router.states()]},
                         response_headers(base, timeline))
 
@@ -446,45 +445,3 @@ def app_from_environment() -> Gateway:
 
 __all__ = ["Gateway", "create_app", "app_from_environment"]
 
-
-def upstream_tokens(timeline: Timeline) -> int | None:
-    """What a request cost upstream in tokens, by the upstream's own usage: nothing for an answer from the
-    edge cache; None when the upstream did not say (the estimate stands)."""
-    if timeline.cache not in (b"miss", b"bypass"):
-        return 0
-    if timeline.input_tokens is None and timeline.output_tokens is None:
-        return None
-    return (timeline.input_tokens or 0) + (timeline.output_tokens or 0)
-
-
-def client_deadline(headers: Headers, stream: bool, now: float) -> ClientDeadline | None:
-    """How long the client will wait: `x-firsttoken-timeout` (seconds) when it says; else, for an answer
-    that is not streamed, the read timeout the OpenAI and Anthropic SDKs announce (x-stainless-read-timeout:
-    nothing reaches the client before the answer, so it gives up after that). A stream's heartbeats keep
-    its reads alive, so the SDK's read timeout does not bound it."""
-    for name, value in headers:
-        if name == b"x-firsttoken-timeout" or (name == b"x-stainless-read-timeout" and not stream):
-            try:
-                seconds = float(value)
-            except ValueError:
-                if name == b"x-firsttoken-timeout":
-                    raise GatewayError(400, f"x-firsttoken-timeout must be a number of seconds, got "
-                                            f"{value.decode(errors='replace')!r}.", param="x-firsttoken-timeout",
-                                       code="invalid_header") from None
-                continue
-            if seconds > 0 and math.isfinite(seconds):
-                return ClientDeadline(now + seconds, seconds, name.decode())
-    return None
-
-
-def routing_view(router: Router, state: TargetState, keep_warm: KeepWarm) -> dict[str, Any]:
-    def ms(value: float | None) -> float | None:
-        return None if value is None else round(value, 1)
-
-    now = router.clock()
-    return {"target": state.target.label, "in_flight": state.in_flight, "breaker": state.health.state.value,
-            "expected_ttft_ms": {"stream": ms(state.streams.value(now)), "whole": ms(state.answers.value(now))},
-            "ttft_p90_ms": ms(state.streams.percentile(90)), "idle_s": ms(router.idle_for(state)),
-            "cold_start": {"penalty_ms": ms(state.cold.penalty_ms), "seen": len(state.cold.cold),
-                           "unloads_after_s": ms(state.cold.unloads_after_s)},
-            "keep_warm_pings_last_hour": len(keep_warm.pings.get(state.target.label, ()))}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import re
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
@@ -113,13 +114,32 @@ async def _open(link: UpstreamLink, request: UpstreamRequest, timeline: Timeline
     return response
 
 
-
 @dataclass(frozen=True, slots=True)
 class ClientDeadline:
     """When the client stops waiting (on the alarms' clock), and the header that said so."""
     at: float
     seconds: float
     header: str
+
+    @classmethod
+    def from_headers(cls, headers: Headers, stream: bool, now: float) -> ClientDeadline | None:
+        """How long the client will wait: `x-firsttoken-timeout` (seconds) when it says; else, for an answer
+        that is not streamed, the read timeout the OpenAI and Anthropic SDKs announce (x-stainless-read-timeout:
+        nothing reaches the client before the answer, so it gives up after that). A stream's heartbeats keep
+        its reads alive, so the SDK's read timeout does not bound it."""
+        for name, value in headers:
+            if name == b"x-firsttoken-timeout" or (name == b"x-stainless-read-timeout" and not stream):
+                try:
+                    seconds = float(value)
+                except ValueError:
+                    if name == b"x-firsttoken-timeout":
+                        raise GatewayError(400, f"x-firsttoken-timeout must be a number of seconds, got "
+                                                f"{value.decode(errors='replace')!r}.", param="x-firsttoken-timeout",
+                                           code="invalid_header") from None
+                    continue
+                if seconds > 0 and math.isfinite(seconds):
+                    return cls(now + seconds, seconds, name.decode())
+        return None
 
     def passed(self) -> GatewayError:
         return GatewayError(504, f"No answer came within the {self.seconds:g} s this request allowed "
@@ -130,6 +150,12 @@ class ClientDeadline:
 # The request's deadline, set by the server for the request's task (and so for its hedges' tasks): every
 # attempt waits no longer, and none starts after it.
 CLIENT_DEADLINE: ContextVar[ClientDeadline | None] = ContextVar("client_deadline", default=None)
+
+
+def _clients(deadline: float) -> GatewayError | None:
+    """The client's deadline error when `deadline` is the client's own (else the upstream's timeout ran)."""
+    client = CLIENT_DEADLINE.get()
+    return client.passed() if client is not None and deadline == client.at else None
 
 
 @dataclass(slots=True)
@@ -164,7 +190,7 @@ async def _attempt(upstreams: Upstreams, alarms: Alarms, target: Target, build: 
     except aiohttp.ServerTimeoutError as exc:  # a TimeoutError too, but the connect's own
         attempt.failure = _connection_error(link, exc)
     except TimeoutError:
-        attempt.failure = client.passed() if client is not None and attempt.deadline == client.at else _timeout(link)
+        attempt.failure = _clients(attempt.deadline) or _timeout(link)
     except CONNECTION_ERRORS as exc:
         attempt.failure = _connection_error(link, exc)
     return attempt
@@ -185,16 +211,22 @@ def _retryable(failure: GatewayError) -> bool:
 
 
 def _judge(router: Router, target: Target, stream: bool, timeline: Timeline, failure: GatewayError | None,
-           broken: bool = False) -> None:
-    """What one attempt tells the router about its target."""
-    if failure is None and not broken:
-        first = (timeline.first_token or timeline.first_byte) if stream else timeline.first_byte
-        router.succeeded(target, stream, (first - timeline.sent) * 1000.0 if first and timeline.sent else None)
-    elif failure is not None and failure.code == CLIENT_GAVE_UP:
+           ended: str = "clean") -> None:
+    """What one attempt tells the router about its target: `failure`, or for a stream that was relayed
+    how it ended (StreamForwarder.ended_as)."""
+    if failure is None:
+        if ended == "clean":
+            first = (timeline.first_token or timeline.first_byte) if stream else timeline.first_byte
+            router.succeeded(target, stream, (first - timeline.sent) * 1000.0 if first and timeline.sent else None)
+        elif ended == "broken":
+            router.failed(target)
+        else:  # the client's deadline passed, or the upstream refused the request in-stream
+            router.settled(target)
+    elif failure.code == CLIENT_GAVE_UP:
         router.settled(target)  # the client's own deadline says nothing of the target
-    elif failure is not None and failure.status == 429:
+    elif failure.status == 429:
         router.rate_limited(target, failure.headers.get("retry-after"))
-    elif broken or (failure is not None and failure.status in RETRYABLE_STATUS):
+    elif failure.status in RETRYABLE_STATUS:
         router.failed(target)
     else:
         router.settled(target)
@@ -391,11 +423,8 @@ class StreamForwarder:
                 self.router.settled(target)
             raise
         won = lane is None or lane.race.winner is lane
-        if won and failure is None and self.ended_as == "neither":
-            self.router.settled(target)
-        else:
-            _judge(self.router, target, True, self.timeline if won else timeline, failure,
-                   won and self.ended_as == "broken")
+        _judge(self.router, target, True, self.timeline if won else timeline, failure,
+               self.ended_as if won else "clean")
         return failure
 
     async def _attempt_stream(self, target: Target, timeline: Timeline, lane: Lane | None) -> GatewayError | None:
@@ -437,8 +466,7 @@ class StreamForwarder:
             await self.start(passthrough_headers(response))
         else:
             lane.headers = passthrough_headers(response)
-        client = CLIENT_DEADLINE.get()
-        gave_up = client.passed() if client is not None and deadline == client.at else None
+        gave_up = _clients(deadline)
         relay = Relay(response, self.write if lane is None else lane.write, self.timeline if lane is None else
                       lane.timeline, translator=link.adapter.stream_translator(True),  # usage for us; stripped
                       strip_usage=not self.client_wants_usage, alarms=self.alarms, heartbeat=self.heartbeat,
