@@ -63,6 +63,8 @@ class Timeouts(_Strict):
     connect: float = Field(10.0, gt=0, description="seconds for DNS + TCP + TLS of a new connection")
     first_byte: float = Field(600.0, gt=0, description="seconds from request sent to first response byte")
     idle: float = Field(300.0, gt=0, description="seconds allowed between two chunks of a response")
+    total: float = Field(1800.0, gt=0, description="seconds from request sent to the last byte of a whole "
+                                                   "(not streamed) answer; a stream is bounded by idle instead")
 
 
 class Pool(_Strict):
@@ -109,6 +111,12 @@ class Upstream(_Strict):
     def public_url(self) -> str:
         """The URL without credentials or query, fit for logs and error messages."""
         return re.sub(r"^(https?://)[^/@]*@", r"\1", self.url).split("?", 1)[0]
+
+    def secrets(self) -> list[str]:
+        """The credentials sent to this upstream: its key, auth-like headers, any in its URL."""
+        found = [self.key.get_secret_value()] if self.key is not None else []
+        found += [value for name, value in self.headers.items() if _CREDENTIAL_HEADER.search(name)]
+        return found + _url_secrets(self.url)
 
 
 class ClientKey(_Strict):
@@ -224,6 +232,17 @@ class TaskSizing(_Strict):
 
 class Limits(_Strict):
     max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024)
+    # Bounds on a request's JSON, checked as it is parsed, before anything re-serialises it (a serialiser's
+    # recursion limit is a 500 otherwise) or walks it.
+    max_json_depth: int = Field(64, ge=8, le=250, description="nesting of arrays and objects in a request body")
+    max_messages: int = Field(100_000, ge=1, description="messages (or input items) in one request")
+    max_string_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="the longest single string in a body")
+    # Clients that send slowly hold a connection each: these bound how long and how many.
+    header_timeout_s: float = Field(20.0, gt=0, description="seconds for a request's headers to arrive, "
+                                                            "from its first byte (or the connection's opening)")
+    body_timeout_s: float = Field(60.0, gt=0, description="seconds for a request's whole body to arrive")
+    max_pending_connections: int = Field(1024, ge=1, description="connections waiting for a request's headers; "
+                                                                 "past it the longest-waiting is closed")
     redis: str | None = Field(None, description="keys' rpm and tpm kept in Redis, shared by replicas: redis://…")
 
     @field_validator("redis")
@@ -340,6 +359,26 @@ class Settings(_Strict):
     @property
     def loopback_only(self) -> bool:
         return is_loopback(self.listen.host)
+
+    def secrets(self) -> list[str]:
+        """Every credential these settings hold, to keep out of anything the gateway says or logs."""
+        found = [k.key.get_secret_value() for k in self.keys]
+        for upstream in self.upstreams.values():
+            found += upstream.secrets()
+        if self.journeys.otlp is not None:
+            found += [value.get_secret_value() for value in self.journeys.otlp.headers.values()]
+        found += _url_secrets(self.limits.redis or "") + _url_secrets((self.cache.url or "") if self.cache else "")
+        return found
+
+
+_CREDENTIAL_HEADER = re.compile(r"auth|key|token|secret|cookie|password", re.IGNORECASE)
+
+
+def _url_secrets(url: str) -> list[str]:
+    """The password in a URL's user info (redis://:pw@host) and credentials in its query (?key=…)."""
+    match = re.match(r"^[a-z]+://([^/@]*)@", url)
+    found = [match.group(1).rpartition(":")[2]] if match else []
+    return found + re.findall(r"[?&][\w-]*(?:auth|key|token|secret|password)[\w-]*=([^&#]+)", url, re.IGNORECASE)
 
 
 def is_loopback(host: str) -> bool:

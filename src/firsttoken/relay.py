@@ -7,12 +7,18 @@ until then), drops the usage chunk the client did not ask for, and closes every 
 
 Events that arrive in one read leave in one write: nothing waits to be merged, but a burst the
 upstream sent together costs one send instead of one per event.
+
+A stream ends truthfully: when the upstream closes it without `[DONE]`, or sends `[DONE]` without ever
+giving a finish reason, the client gets an error event before the closing `[DONE]`, so that a cut answer
+never looks whole. And the credentials sent upstream are removed from every event before anything
+reads it (some upstreams quote the key in an error event).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from time import perf_counter
@@ -22,8 +28,10 @@ import aiohttp
 import orjson
 
 from firsttoken.alarms import Alarms, Heartbeat
+from firsttoken.answers import is_token_bearing
 from firsttoken.errors import GatewayError
 from firsttoken.journey.timeline import Timeline
+from firsttoken.redact import Redactor
 from firsttoken.sse import DONE, EventSplitter, data_field, error_event
 from firsttoken.upstream.adapter import StreamTranslator
 
@@ -32,34 +40,19 @@ log = logging.getLogger("firsttoken.relay")
 Write = Callable[[bytes, bool], Awaitable[None]]  # (data, last): the last write ends the response
 
 _ERROR_EVENTS = (b'data: {"error"', b'data:{"error"')
-# Any of these in a read sends it through the per-event path: the end, a usage object, an error.
 # Reads holding one of these take the per-event path: the end, usage, errors.
 _SPECIAL_MARKERS = (b"[DONE]", b'"usage":{', b'"usage": {', b'{"error"')
 # A chunk with an empty delta (the finish chunk) carries no token, so it is not counted as one: the last
 # token's time is the decode's end.
 _EMPTY_DELTA, _EMPTY_DELTA_SPACED = b'"delta":{}', b'"delta": {}'
-
-_TOKEN_FIELDS = ("content", "reasoning_content", "reasoning", "tool_calls", "refusal", "function_call")
-
-
-def is_token_bearing(chunk: Any) -> bool:
-    """A chunk carrying content, reasoning or a tool-call delta; the role-only first chunk is not."""
-    if not isinstance(chunk, dict):
-        return False
-    for choice in chunk.get("choices") or ():
-        if not isinstance(choice, dict):
-            continue
-        delta = choice.get("delta")
-        if isinstance(delta, dict) and any(delta.get(f) for f in _TOKEN_FIELDS):
-            return True
-        if choice.get("text"):  # legacy completions chunks
-            return True
-    return False
-
+# A finish reason given (not null): the answer ended, rather than being cut short.
+_FINISHED = re.compile(rb'"finish_reason"\s*:\s*"')
+BROKEN = "upstream_stream_broken"  # the code of the error event that ends a stream which broke or was cut
 
 @dataclass(slots=True)
 class RelayResult:
-    clean: bool = False          # ended with [DONE] from the upstream, no error seen
+    clean: bool = False          # ended with [DONE] from the upstream after a finish reason, no error seen
+    finished: bool = False       # a finish reason came
     error: str | None = None
     code: str | None = None      # the error event's code, when the relay wrote one
     refused: bool = False        # the upstream sent an error event of type invalid_request_error
@@ -79,7 +72,7 @@ class Relay:
 
     def __init__(self, response: aiohttp.ClientResponse, write: Write, timeline: Timeline, *,
                  translator: StreamTranslator | None, strip_usage: bool, alarms: Alarms, heartbeat: Heartbeat,
-                 first_token_deadline: float, idle_s: float, upstream: str,
+                 first_token_deadline: float, idle_s: float, upstream: str, redactor: Redactor | None = None,
                  capture: Capture | None = None, deadline_error: GatewayError | None = None,
                  on_first_token: Callable[[], None] | None = None) -> None:
         self.response = response
@@ -96,6 +89,9 @@ class Relay:
         self.on_first_token = on_first_token  # told once, as the first token arrives
         self.idle_s = idle_s
         self.upstream = upstream
+        # The credentials sent upstream, removed from every read before it is looked at (an error event may
+        # quote the key); None when there are none.
+        self.redactor = redactor or None
         self.result = RelayResult()
         self.capture = capture  # every event, usage too, for the cache: what a replay would send
         self._done = False
@@ -135,8 +131,7 @@ class Relay:
                 waited = "the first token" if not self.timeline.first_token else "the next chunk"
                 await self._fail(f"upstream {self.upstream} timed out waiting for {waited}", "upstream_timeout")
         except (aiohttp.ClientError, ConnectionError) as exc:
-            await self._fail(f"upstream {self.upstream} broke the stream: {type(exc).__name__}",
-                             "upstream_stream_broken")
+            await self._fail(f"upstream {self.upstream} broke the stream: {type(exc).__name__}", BROKEN)
         return self.result
 
     async def _feed(self, events: list[bytes]) -> bool:
@@ -146,6 +141,8 @@ class Relay:
         return done
 
     def _handle_all(self, events: list[bytes]) -> bool:
+        if self.redactor is not None:  # whole events, so that a key cut across two reads is still found
+            events = [self.redactor.bytes(event) for event in events]
         if self.translator is None and self.timeline.first_token and events:
             # The common read of a stream under way holds only content chunks: one scan of the
             # whole read tells, and the read goes out as it came, with no work per event.
@@ -153,6 +150,8 @@ class Relay:
             if not any(marker in blob for marker in _SPECIAL_MARKERS):
                 self.timeline.token_events += (len(events) - blob.count(_EMPTY_DELTA)
                                                - blob.count(_EMPTY_DELTA_SPACED))
+                if not self.result.finished and _FINISHED.search(blob):
+                    self.result.finished = True
                 self._out.append(blob)
                 if self.capture is not None:
                     self.capture.append(blob)
@@ -177,16 +176,24 @@ class Relay:
         """One OpenAI-format event (without its blank line). True when it ended the stream."""
         timeline = self.timeline
         if event == b"data: [DONE]" or event == b"data:[DONE]":
+            if self.result.error is None and not self.result.finished:  # [DONE], but the answer never ended
+                self._broken(f"upstream {self.upstream} ended the stream without a finish reason; the answer may "
+                             f"be cut short", BROKEN)
             self.result.clean = self.result.error is None
             self._close()
             return True
-        if self.capture is not None:
-            self.capture.append(event)
-        if not timeline.first_token:
+        if not self.result.finished and _FINISHED.search(event):
+            self.result.finished = True
+        if not timeline.first_token:  # parsed until the first token: that much is cheap
             payload = data_field(event)
             if payload is not None:
                 chunk = _loads(payload)
-                if isinstance(chunk, dict) and "error" in chunk:
+                if not isinstance(chunk, dict):  # garbage: no client could parse it, so it ends the stream
+                    self._broken(f"upstream {self.upstream} sent an event that is not a JSON object "
+                                 f"({payload[:60].decode('utf-8', 'replace')!r}) before any token", BROKEN)
+                    self._close()
+                    return True
+                if "error" in chunk:
                     self._note_error(chunk)
                 elif is_token_bearing(chunk):
                     timeline.first_token = self._read_at
@@ -196,6 +203,8 @@ class Relay:
             chunk = _loads(data_field(event) or b"")
             if isinstance(chunk, dict) and "error" in chunk:
                 self._note_error(chunk)
+        if self.capture is not None:
+            self.capture.append(event)
         # Every chunk carries "usage":null once usage is asked for; only the real one is parsed.
         at = event.find(b'"usage":')
         if at >= 0 and event[at + 8:at + 10].lstrip()[:1] == b"{":
@@ -215,27 +224,37 @@ class Relay:
         error = chunk.get("error")
         self.result.error = str(error.get("message") if isinstance(error, dict) else error)
         self.result.refused = isinstance(error, dict) and error.get("type") == "invalid_request_error"
+        code = error.get("code") if isinstance(error, dict) else None
+        self.timeline.failed(str(code or "upstream_error"), self.result.error)
 
     async def _end_of_stream(self, splitter: EventSplitter) -> None:
-        """The upstream closed without `[DONE]`: flush what it owed, then close the client's stream."""
+        """The upstream closed without `[DONE]`: flush what it owed; unless that ended the stream (a
+        translator's last events), it was cut, and the client hears so before its stream is closed."""
         rest = splitter.rest()
-        if not (rest and self._handle_all([rest])) and self.translator is not None:
-            for event in self.translator.finish():
-                if self._handle(event[:-2]):
-                    break
+        ended = bool(rest) and self._handle_all([rest])
+        if not ended and self.translator is not None:
+            ended = any(self._handle(event[:-2]) for event in self.translator.finish())
+        if not ended and self.result.error is None:
+            self._broken(f"upstream {self.upstream} closed the stream before it ended ([DONE] never came); the "
+                         f"answer may be cut short", BROKEN)
         self._close()
         await self._flush()
 
     async def _fail(self, message: str, code: str, kind: str = "upstream_error") -> None:
+        self._broken(message, code, kind)
+        self._close()
+        await self._flush()
+
+    def _broken(self, message: str, code: str, kind: str = "upstream_error") -> None:
+        """The stream cannot end well: the client gets one error event (before the closing [DONE])."""
         log.warning("%s", message)
         self.result.error = message
         self.result.code = code
         self.result.clean = False
+        self.timeline.failed(code, message)
         if not self._done:
             self._out.append(error_event({"error": {"message": message, "type": kind,
                                                     "param": None, "code": code}})[:-2])
-        self._close()
-        await self._flush()
 
     def _stamp_tokens(self) -> None:
         """Tokens arrived with the last read: it is when they came (not when the client took them)."""

@@ -141,3 +141,18 @@ def test_the_endpoint_is_a_collector_url() -> None:
     with pytest.raises(ValidationError, match="OTLP/HTTP collector"):
         Otlp(endpoint="collector:4318")
     assert COLLECTOR_KEY not in repr(Otlp(endpoint="http://c:4318", headers={"k": COLLECTOR_KEY}))
+
+
+def test_a_broken_stream_is_an_error_span_without_the_upstream_key(tmp_path, upstream) -> None:
+    with InThread(collector) as received, GatewayProcess(settings(upstream.url, received.url), tmp_path) as gateway:
+        client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="none", max_retries=0)
+        with pytest.raises(openai.APIError):  # the upstream's error event quotes the key it was sent
+            for _ in client.chat.completions.create(model="fake/key-in-stream", messages=USER, stream=True):
+                pass
+        wait_for(lambda: any(not s.parent_span_id for s in received.spans))
+    [root] = [s for s in received.spans if not s.parent_span_id]
+    facts = attributes(root)
+    assert facts["error.type"] == "invalid_api_key" and root.status.code == root.status.STATUS_CODE_ERROR
+    assert "[redacted]" in root.status.message
+    every_value = str(facts) + root.status.message + "".join(str(attributes(s)) for s in received.spans)
+    assert UPSTREAM_KEY[:10] not in every_value

@@ -10,6 +10,7 @@
   hang            accepts the request and never answers
   flood           streams about 64 MB of tokens as fast as it can
   redirect        answers 307 to another address (which must never see our key)
+and the broken answers of support/faulty_answers.py (not-json, html, cut-stream, key-in-stream, drip-<ms>, …).
 """
 
 from __future__ import annotations
@@ -24,10 +25,9 @@ from typing import Any
 
 from aiohttp import web
 
+from support.faulty_answers import UPSTREAM_KEY, fault
 from support.loopback import serve_on_loopback
 from support.threaded import InThread
-
-UPSTREAM_KEY = "sk-upstream-secret-DO-NOT-LEAK-4242"
 MODELS = ["echo", "tools", "inspect", "fail-midstream", "hang", "sleep-1000", "error-429", "error-400"]
 
 
@@ -112,6 +112,9 @@ def build_app(stats: Stats) -> web.Application:
                                                          else "invalid_request_error"),
                                                 "param": "messages" if status == 400 else None,
                                                 "code": f"synthetic_{status}"}}, status=status, headers=headers)
+        broken = fault(model)
+        if broken is not None:
+            return await broken(request, model)
         if model == "redirect":
             raise web.HTTPTemporaryRedirect("http://127.0.0.1:9/v1/chat/completions")
         if model == "hang":

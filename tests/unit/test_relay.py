@@ -10,14 +10,19 @@ import pytest
 
 from firsttoken.alarms import Alarms
 from firsttoken.journey.timeline import Timeline
-from firsttoken.relay import Relay
+from firsttoken.redact import Redactor
+from firsttoken.relay import BROKEN, Relay
 from firsttoken.sse import EventSplitter
 
 
-def chunk(delta: dict, usage: dict | None = None, choices: bool = True) -> bytes:
-    body = {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta}] if choices else [],
-            "usage": usage}
+def chunk(delta: dict, usage: dict | None = None, choices: bool = True, finish: str | None = None) -> bytes:
+    body = {"object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}] if choices else [], "usage": usage}
     return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+FINISH = chunk({}, finish="stop")
+KEY = "sk-upstream-secret-DO-NOT-LEAK-4242"
 
 
 class Stream:
@@ -31,7 +36,8 @@ class Stream:
         return self._reads.pop(0) if self._reads else b""
 
 
-async def relay(reads: list[bytes], strip_usage: bool, stream: Stream | None = None) -> tuple[list[bytes], Relay]:
+async def relay(reads: list[bytes], strip_usage: bool, stream: Stream | None = None,
+                redactor: Redactor | None = None) -> tuple[list[bytes], Relay]:
     written: list[bytes] = []
 
     async def write(data: bytes, last: bool) -> None:
@@ -42,7 +48,7 @@ async def relay(reads: list[bytes], strip_usage: bool, stream: Stream | None = N
     try:
         r = Relay(stream or Stream(reads), write, Timeline(), translator=None, strip_usage=strip_usage, alarms=alarms,
                   heartbeat=alarms.heartbeat(60, lambda: None), first_token_deadline=alarms.now() + 5,
-                  idle_s=5, upstream="test")
+                  idle_s=5, upstream="test", redactor=redactor)
         await r.run()
     finally:
         await alarms.close()
@@ -56,7 +62,7 @@ USAGE = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
 async def test_reads_are_forwarded_whole_and_usage_follows_the_client(strip: bool) -> None:
     reads = [chunk({"role": "assistant", "content": ""}, None), chunk({"content": "Hel"}),
              chunk({"content": "lo"}) + chunk({"content": "!"}),
-             chunk({}, USAGE, choices=False) + b"data: [DONE]\n\n"]
+             FINISH + chunk({}, USAGE, choices=False) + b"data: [DONE]\n\n"]
     written, r = await relay(reads, strip_usage=strip)
     assert written[:3] == reads[:3]  # byte for byte, one write per read
     last = written[3]
@@ -82,11 +88,11 @@ async def test_the_finish_chunk_is_no_token_and_does_not_end_the_decode() -> Non
     assert r.timeline.token_events == 2  # "a" and "b"; neither finish chunk
     assert r.timeline.first_token == pytest.approx(times[0], abs=0.005)
     assert r.timeline.last_token == pytest.approx(times[1], abs=0.005)  # not the lone finish chunk's read
-    assert b"".join(written).count(b"finish_reason") == 2
+    assert b"".join(written).count(b"\"finish_reason\":\"stop\"") == 2
 
 
 async def test_a_token_that_says_done_is_not_the_end() -> None:
-    reads = [chunk({"content": "a"}), chunk({"content": "[DONE]"}), b"data: [DONE]\n\n"]
+    reads = [chunk({"content": "a"}), chunk({"content": "[DONE]"}), FINISH + b"data: [DONE]\n\n"]
     written, r = await relay(reads, strip_usage=True)
     assert written[1] == reads[1] and r.result.clean
 
@@ -100,3 +106,46 @@ async def test_an_error_event_after_tokens_is_noted() -> None:
 
 def test_splitter_and_relay_agree_on_event_bodies() -> None:
     assert EventSplitter().feed(chunk({"content": "x"})) == [chunk({"content": "x"})[:-2]]
+
+
+def error_events(written: list[bytes]) -> list[dict]:
+    events = b"".join(written).split(b"\n\n")
+    return [json.loads(e[6:])["error"] for e in events if e.startswith(b'data: {"error"')]
+
+
+async def test_a_stream_closed_without_done_says_it_was_cut() -> None:
+    """The upstream's connection ended cleanly after two tokens: the client must not take it for a whole answer."""
+    written, r = await relay([chunk({"content": "a"}), chunk({"content": "b"})], strip_usage=True)
+    assert not r.result.clean and r.result.code == BROKEN
+    [error] = error_events(written)
+    assert error["code"] == BROKEN and "[DONE] never came" in error["message"]
+    assert written[-1].endswith(b"data: [DONE]\n\n")  # the client's stream still closes properly
+    assert r.timeline.error_code == BROKEN
+
+
+async def test_done_without_a_finish_reason_says_the_answer_may_be_cut() -> None:
+    written, r = await relay([chunk({"content": "a"}), b"data: [DONE]\n\n"], strip_usage=True)
+    assert not r.result.clean and [e["code"] for e in error_events(written)] == [BROKEN]
+
+
+async def test_an_empty_stream_is_not_clean() -> None:
+    written, r = await relay([b"data: [DONE]\n\n"], strip_usage=True)
+    assert not r.result.clean and len(error_events(written)) == 1
+
+
+async def test_an_upstream_error_event_is_not_doubled() -> None:
+    written, r = await relay([chunk({"content": "a"}), b'data: {"error": {"message": "overloaded"}}\n\n'],
+                             strip_usage=True)
+    assert [e["message"] for e in error_events(written)] == ["overloaded"]
+
+
+@pytest.mark.parametrize("quoted", [KEY, KEY[:14] + "...", KEY[:-4]])
+async def test_a_key_quoted_in_an_error_event_never_reaches_the_client(quoted: str) -> None:
+    error = json.dumps({"error": {"message": f"Incorrect API key provided: {quoted}", "type": "auth"}}).encode()
+    event = b"data: " + error + b"\n\n"
+    half = len(event) // 2 + 10  # the key cut across two reads
+    written, r = await relay([chunk({"content": "a"}), event[:half], event[half:]], strip_usage=True,
+                             redactor=Redactor([KEY]))
+    sent = b"".join(written)
+    assert KEY[:10].encode() not in sent and b"[redacted]" in sent
+    assert KEY[:10] not in (r.result.error or "") and KEY[:10] not in r.timeline.error

@@ -4,8 +4,11 @@ Per request, the standard `Cache-Control` request header is honoured: `no-cache`
 but keeps its answer, `no-store` may be answered from the cache but keeps nothing. `x-firsttoken-cache`
 says it shorter: `off` (neither), `refresh` (as no-cache), `force` (both, even for a model whose
 policy turns the cache off). Per model (an alias, or `upstream/model`), the config sets the TTL, 0 for
-no caching. Answers are only kept when they finished cleanly (the forwarders decide that) and the
-upstream did not mark them `no-store` or `private`.
+no caching. Answers are only kept when they finished cleanly (the forwarders decide that), are complete
+in their wire format (answers.py), and the upstream did not mark them `no-store` or `private`.
+
+A cache must never make a request fail: a stored answer that cannot be replayed in the shape asked for is
+dropped, counted, and the request goes upstream as a miss.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -21,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from firsttoken.cache.entry import Entry, Kind, PromptRecord
 from firsttoken.cache.key import exact_key
 from firsttoken.cache.redis_store import RedisStore
+from firsttoken.cache.replay import ReplayError, replay
 from firsttoken.cache.stores import MemoryStore, SqliteStore, Store
 from firsttoken.config import Cache
 from firsttoken.errors import bad_request
@@ -39,6 +44,7 @@ class Lookup:
 
     key: str
     hit: Entry | None
+    hit_key: str | None
     read: bool  # may be answered by a stored answer, or by an identical request in flight
     keep: bool
     tenant: str
@@ -65,6 +71,8 @@ class EdgeCache:
         self.store = open_store(settings)
         self.semantic: SemanticIndex | None = None  # loaded by start(), when configured and installed
         self._following: asyncio.Task[None] | None = None
+        self.not_kept: Counter[str] = Counter()  # answers not kept, by why (incomplete, marked no-store)
+        self.dropped = 0  # stored answers that could not be replayed
 
     async def start(self) -> None:
         """Load the embedding model (a fraction of a second; seconds for its first export) and the prompts the
@@ -107,7 +115,8 @@ class EdgeCache:
         ttl = ttl if ttl > 0 else self.settings.ttl
         owner = "*" if self.settings.shared else tenant
         key = exact_key(owner, targets, body)
-        lookup = Lookup(key, await self.store.get(key, time.time()) if read else None, read, write, owner, ttl)
+        hit = await self.store.get(key, time.time()) if read else None
+        lookup = Lookup(key, hit, key if hit is not None else None, read, write, owner, ttl)
         if lookup.hit is None and self.semantic is not None:
             await self._semantic(lookup, targets, body)
         return lookup
@@ -132,7 +141,26 @@ class EdgeCache:
         if entry is None:  # evicted or expired since: forget the prompt too
             self.semantic.remove(found.ref)
             return
-        lookup.hit, lookup.similarity = entry, found.similarity
+        lookup.hit, lookup.hit_key, lookup.similarity = entry, found.ref, found.similarity
+
+    async def replay(self, lookup: Lookup, stream: bool, include_usage: bool) -> bytes | None:
+        """The hit in the shape asked for; None when it cannot be replayed: then it is dropped (the request
+        goes upstream, and a fresh answer takes its place)."""
+        assert lookup.hit is not None and lookup.hit_key is not None
+        try:
+            return replay(lookup.hit, stream, include_usage)
+        except ReplayError as exc:
+            self.dropped += 1
+            log.warning("dropped a cached answer: %s", exc)
+            if self.semantic is not None:
+                self.semantic.remove(lookup.hit_key)
+            await self.store.delete(lookup.hit_key)
+            lookup.hit = lookup.hit_key = lookup.similarity = None
+            return None
+
+    def not_keeping(self, why: str) -> None:
+        """An answer that will not be kept (counted by why, for the metrics)."""
+        self.not_kept[why] += 1
 
     def keep(self, lookup: Lookup, kind: Kind, body: bytes, route: str,
              upstream_headers: Any = None) -> None:
@@ -142,6 +170,7 @@ class EdgeCache:
         if upstream_headers is not None:
             control = upstream_headers.get("Cache-Control", "").lower()
             if "no-store" in control or "private" in control:
+                self.not_keeping("marked no-store")
                 return
         now = time.time()
         entry = Entry(kind, body, lookup.tenant, route, now, now + lookup.ttl)

@@ -19,6 +19,9 @@ import orjson
 DELIVERY_ONLY = frozenset({"stream", "stream_options", "user", "metadata", "store", "prompt_cache_key",
                            "safety_identifier", "service_tier"})
 _NUMERIC = ("temperature", "top_p", "presence_penalty", "frequency_penalty")
+# Bumped when what is kept changes meaning: answers kept before are never read again (they expire). 2: only
+# answers checked complete are kept (earlier versions kept a broken one now and then).
+VERSION = 2
 
 
 def exact_key(tenant: str, targets: Sequence[str], body: dict[str, Any]) -> str:
@@ -28,6 +31,6 @@ def exact_key(tenant: str, targets: Sequence[str], body: dict[str, Any]) -> str:
         value = request.get(name)
         if isinstance(value, int) and not isinstance(value, bool):
             request[name] = float(value)
-    canonical = orjson.dumps({"tenant": tenant, "targets": list(targets), "request": request},
+    canonical = orjson.dumps({"v": VERSION, "tenant": tenant, "targets": list(targets), "request": request},
                              option=orjson.OPT_SORT_KEYS)
     return hashlib.blake2b(canonical, digest_size=16).hexdigest()

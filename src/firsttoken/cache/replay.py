@@ -15,11 +15,26 @@ import orjson
 from firsttoken.cache.entry import Entry
 
 
+class ReplayError(ValueError):
+    """A stored answer that cannot be given back in the shape asked for (damaged in the store, or kept
+    by a version that did not check answers): it is dropped, and the request goes upstream."""
+
+
+def replay(entry: Entry, stream: bool, include_usage: bool) -> bytes:
+    """The stored answer in the shape asked for: a stream's events (the closing comment and [DONE] are the
+    caller's), or a whole chat.completion; ReplayError when it cannot be."""
+    try:
+        return as_stream(entry, include_usage) if stream else as_completion(entry)
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:  # orjson's errors are ValueErrors
+        raise ReplayError(f"a stored {entry.kind} answer could not be replayed as "
+                          f"{'a stream' if stream else 'a whole answer'}: {type(exc).__name__}: {exc}") from exc
+
+
 def as_stream(entry: Entry, include_usage: bool) -> bytes:
     """SSE events, each ended by a blank line (the closing comment and [DONE] are the caller's)."""
     if entry.kind == "sse":
         return b"".join(e + b"\n\n" for e in _events(entry.body) if include_usage or not is_usage_chunk(e))
-    return _chunks(orjson.loads(entry.body), include_usage)
+    return completion_chunks(orjson.loads(entry.body), include_usage)
 
 
 def as_completion(entry: Entry) -> bytes:
@@ -99,7 +114,7 @@ def _add_delta(message: dict[str, Any], delta: dict[str, Any]) -> None:
             message[field] = value
 
 
-def _chunks(completion: dict[str, Any], include_usage: bool) -> bytes:
+def completion_chunks(completion: dict[str, Any], include_usage: bool) -> bytes:
     """The chunks a stream of this completion would have carried."""
     head = {"id": completion.get("id", ""), "object": "chat.completion.chunk",
             "created": completion.get("created", 0), "model": completion.get("model", "")}

@@ -34,6 +34,7 @@ class Store(Protocol):
     async def get(self, key: str, now: float) -> Entry | None: ...
     def put(self, key: str, entry: Entry, prompt: PromptRecord | None = None) -> None: ...
     async def prompts(self, now: float) -> list[PromptRecord]: ...  # the live ones, oldest first
+    async def delete(self, key: str) -> None: ...  # one answer (and its prompt) that must not be served
     async def purge(self, tenant: str | None = None, model: str | None = None) -> int: ...
     async def stats(self) -> list[dict[str, Any]]: ...
     async def close(self) -> None: ...
@@ -68,6 +69,9 @@ class MemoryStore:
 
     async def prompts(self, now: float) -> list[PromptRecord]:
         return []  # this process's index is all there is
+
+    async def delete(self, key: str) -> None:
+        self._drop(key)
 
     async def purge(self, tenant: str | None = None, model: str | None = None) -> int:
         doomed = [k for k, e in self._entries.items() if matches(e.tenant, e.model, tenant, model)]
@@ -173,6 +177,16 @@ class SqliteStore:
             for key, pending in batch:  # written (or given up): read from the file from now on
                 if self._pending.get(key) is pending:  # not replaced by a newer answer meanwhile
                     del self._pending[key]
+
+    async def delete(self, key: str) -> None:
+        with self._pending_lock:
+            self._pending.pop(key, None)
+        await asyncio.to_thread(self._delete, key)
+
+    def _delete(self, key: str) -> None:
+        with self._lock, self._db:
+            self._db.execute("DELETE FROM answers WHERE key = ?", (key,))
+            self._db.execute("DELETE FROM prompts WHERE ref = ?", (key,))
 
     async def purge(self, tenant: str | None = None, model: str | None = None) -> int:
         return await asyncio.to_thread(self._purge, tenant, model)

@@ -53,6 +53,7 @@ class Journey:
     handshake: dict[str, float] | None = None  # dns, tcp, tls (ms) of a connection opened for this request
     cache: str = "bypass"  # the edge cache's outcome: bypass | miss | hit
     hedge: str = ""  # "hedge-of=<the first target>" when a hedge won, "hedged-by=<the hedge>" when it lost
+    error: dict[str, str] | None = None  # {"code", "message"}: an error answered, or a stream broken after its 200
     verdict: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -125,7 +126,8 @@ def attribute(timeline: Timeline) -> Journey:
                       timeline.upstream, timeline.stream, timeline.status, timeline.attempts, timeline.reused, p,
                       timeline.output_tokens, timeline.input_tokens, timeline.token_events, rate, itl_max,
                       upstream_timing, timeline.handshake.as_dict() if timeline.handshake is not None else None,
-                      timeline.cache.decode(), timeline.hedge.decode().removeprefix("; "))
+                      timeline.cache.decode(), timeline.hedge.decode().removeprefix("; "),
+                      {"code": timeline.error_code, "message": timeline.error} if timeline.error_code else None)
     return Journey(**{**journey.__dict__, "verdict": verdict(journey, provider)})
 
 
@@ -135,6 +137,8 @@ def verdict(journey: Journey, provider_ms: float | None = None) -> str:
     p = journey.phases
     if journey.status >= 400:
         return f"failed with HTTP {journey.status} after {p.e2e:.0f} ms"
+    if journey.error is not None:
+        return f"broken: the answer began but did not end well ({journey.error['code']}) after {p.e2e:.0f} ms"
     if journey.cache == "hit":
         return f"answered from the edge cache in {p.e2e:.1f} ms, without crossing to the upstream"
     if journey.cache.startswith("semantic-hit"):

@@ -75,8 +75,9 @@ class Metrics:
             series = self._series[key] = self._series_for(timeline)
         outcome = timeline.cache
         self.cache.inc(_CACHE_RESULTS.get(outcome) or ("semantic-hit" if outcome.startswith(b"semantic") else "other"))
-        if timeline.status >= 400:
-            self.duration.of(*series.labels, str(timeline.status)).observe(p.e2e / 1000)
+        error = str(timeline.status) if timeline.status >= 400 else timeline.error_code  # a stream broken after 200
+        if error:
+            self.duration.of(*series.labels, error).observe(p.e2e / 1000)
             return
         series.duration.observe(p.e2e / 1000)
         if p.ttft is not None:

@@ -68,7 +68,10 @@ class OtlpExporter:
                 attributes[f"firsttoken.{step}_ms"] = round(ms, 3)
         root = self.tracer.start_span(f"{t.operation} {t.model}".strip(), kind=self._kind.SERVER,
                                       start_time=ns(t.received), attributes=attributes)
-        if t.status >= 400:
+        if t.error_code:  # the message has no credentials: they are removed before anything is told
+            root.set_attribute("error.type", t.error_code)
+            root.set_status(self._status(self._code.ERROR, t.error[:500] or f"HTTP {t.status}"))
+        elif t.status >= 400:
             root.set_status(self._status(self._code.ERROR, f"HTTP {t.status}"))
         context = self._in_context(root)
         for name, start, stop in _phase_spans(t, p):

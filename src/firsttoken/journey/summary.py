@@ -45,7 +45,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         by_upstream[r["upstream"] or "(none)"].append(r)
     summary: dict[str, dict[str, Any]] = {}
     for upstream, group in sorted(by_upstream.items()):
-        ok = [r for r in group if (r["status"] or 0) < 400]
+        ok = [r for r in group if (r["status"] or 0) < 400 and not r.get("error_code")]
         entry: dict[str, Any] = {"requests": len(group), "errors": len(group) - len(ok),
                                  "retried": sum((r["attempts"] or 0) > 1 for r in group),
                                  "hedge_wins": sum((r.get("hedge") or "").startswith("hedge-of=") for r in group),

@@ -18,7 +18,7 @@ class Timeline:
     __slots__ = ("request_id", "operation", "tenant", "model", "stream", "status", "received", "cache_ms",
                  "sent", "first_byte", "first_token", "last_token", "last_byte", "max_gap", "connect_ms", "reused",
                  "token_events", "output_tokens", "input_tokens", "route", "upstream", "attempts", "client_rtt",
-                 "upstream_rtt", "upstream_timing", "floor_ms", "handshake", "cache", "hedge")
+                 "upstream_rtt", "upstream_timing", "floor_ms", "handshake", "cache", "hedge", "error_code", "error")
 
     def __init__(self, request_id: str = "") -> None:
         self.received = perf_counter()
@@ -50,10 +50,15 @@ class Timeline:
         self.upstream_timing: str | None = None  # the upstream's own Server-Timing, as it sent it
         self.floor_ms: float | None = None  # the physics floor to the route's upstream, when both ends are known
         self.hedge = b""  # when a second target raced the first: "; hedge-of=<the first>" or "; hedged-by=<the second>"
+        # How the request failed, when it did: an error answered, or a stream that broke or was cut after
+        # its 200 went out. The message is what the client was told (no credentials: those are removed first).
+        self.error_code = ""
+        self.error = ""
 
     # What one upstream attempt records; a hedge records them on a timeline of its own, adopted if it wins.
     _ATTEMPT = ("sent", "first_byte", "first_token", "last_token", "max_gap", "connect_ms", "handshake", "reused",
-                "token_events", "route", "upstream", "upstream_rtt", "upstream_timing", "floor_ms")
+                "token_events", "route", "upstream", "upstream_rtt", "upstream_timing", "floor_ms", "error_code",
+                "error")
 
     def for_hedge(self) -> Timeline:
         """A timeline for a second attempt at this request, to race the first."""
@@ -66,6 +71,11 @@ class Timeline:
         for name in self._ATTEMPT:
             setattr(self, name, getattr(hedge, name))
         self.attempts += hedge.attempts
+
+    def failed(self, code: str, message: str) -> None:
+        """The request failed (the first failure that reached the client is kept)."""
+        if not self.error_code:
+            self.error_code, self.error = code, message
 
     def tokens_at(self, now: float) -> None:
         """A read that carried token events arrived at `now` (after the first token)."""

@@ -14,9 +14,11 @@ from urllib.parse import parse_qs
 
 from firsttoken import config as config_module
 from firsttoken.alarms import Alarms
+from firsttoken.answers import answer_gap
 from firsttoken.cache.edge import EdgeCache, Lookup
 from firsttoken.cache.entry import Kind
 from firsttoken.cache.flight import Flight, Flights
+from firsttoken.cache.metrics import CacheCollector
 from firsttoken.config import SIM_UPSTREAM, Settings
 from firsttoken.errors import GatewayError
 from firsttoken.journey.attribution import attribute
@@ -28,6 +30,7 @@ from firsttoken.journey.recent import RecentJourneys
 from firsttoken.journey.sink import JourneySink
 from firsttoken.journey.tcp_info import RttReader, client_transport
 from firsttoken.journey.timeline import Timeline
+from firsttoken.redact import redact_logs
 from firsttoken.routing.client_limits import ClientLimits, upstream_tokens
 from firsttoken.routing.keepwarm import KeepWarm
 from firsttoken.routing.metrics import RoutingCollector, target_view
@@ -78,6 +81,7 @@ class Gateway:
             if settings.location is None:  # the gateway stands where the region's clients are
                 settings = settings.model_copy(update={"location": simulated.client_location})
         self.settings = settings
+        redact_logs(settings.secrets())  # whatever a library or we log, no credential of ours is in it
         self.upstreams = Upstreams(settings.upstreams, settings.place)
         self.journeys = RecentJourneys(settings.journeys.recent)
         self.client_rtt = RttReader()
@@ -94,6 +98,8 @@ class Gateway:
         self.sink = JourneySink(journey_log, self.metrics, spans)
         cache = settings.cache
         self.cache = EdgeCache(cache) if cache is not None and cache.backend != "none" else None
+        if self.cache is not None:
+            self.metrics.registry.register(CacheCollector(self.cache))
         self.flights = Flights()
         self.client_stall_s = settings.streaming.client_stall_s
         self.alarms = Alarms()
@@ -193,6 +199,7 @@ class Gateway:
             await handler(scope, receive, send, base, timeline)
         except GatewayError as error:
             timeline.status = error.status
+            timeline.failed(error.code or error.type, error.message)
             await send_error(send, error, response_headers(base, timeline))
         except ClientDisconnected:
             pass
@@ -200,6 +207,7 @@ class Gateway:
             log.info("dropping a stalled client: %s", stalled)
         except Exception:  # a bug: say so in OpenAI's format rather than drop the connection
             log.exception("unexpected error on %s %s", scope["method"], scope["path"])
+            timeline.failed("internal_error", "the gateway failed unexpectedly")
             try:
                 await send_error(send, GatewayError(500, "The gateway failed unexpectedly; this is a bug in "
                                                          "firsttoken, and the log has the details.",
@@ -270,8 +278,11 @@ class Gateway:
             await forward()
             return
         if lookup.hit is not None:
-            await send_cached(send, base, timeline, lookup.hit, stream, wants_usage, lookup.header)
-            return
+            route, header = lookup.hit.model, lookup.header
+            answer = await self.cache.replay(lookup, stream, wants_usage)  # None: dropped, and a miss
+            if answer is not None:
+                await send_cached(send, base, timeline, answer, route, stream, header)
+                return
         flight = self.flights.get(lookup.key) if lookup.read else None
         if flight is not None:
             joined = await until_disconnect(receive, send_followed(
@@ -292,6 +303,12 @@ class Gateway:
         assert cache is not None
 
         def keep(kind: Kind, answer: bytes, headers: Any) -> None:
+            gap = answer_gap(kind, answer)
+            if gap is not None:  # it reached this client as it was; nobody else gets it
+                cache.not_keeping(gap.partition(" (")[0])
+                log.info("not keeping an incomplete answer from %s: %s", timeline.route, gap)
+                flight.finish()
+                return
             flight.finish(kind, answer)
             cache.keep(lookup, kind, answer, timeline.route, headers)
 
@@ -312,7 +329,7 @@ class Gateway:
         await until_disconnect(receive, forward_complete(
             self.upstreams, self.alarms, self.router, self.router.order(timeline.model, targets, False),
             lambda link, target: link.adapter.embeddings(body, target.model),
-            lambda link, data: data, send, base, timeline), self.alarms)
+            lambda link, data: link.adapter.embeddings_response(data), send, base, timeline), self.alarms)
 
     async def models(self, scope: Scope, receive: Receive, send: Send, base: Headers, timeline: Timeline) -> None:
         self.keys.tenant(scope)

@@ -8,7 +8,7 @@ from time import perf_counter
 from firsttoken.alarms import Alarms
 from firsttoken.cache.entry import Entry
 from firsttoken.cache.flight import Flight
-from firsttoken.cache.replay import as_completion, as_stream, is_usage_chunk
+from firsttoken.cache.replay import ReplayError, is_usage_chunk, replay
 from firsttoken.errors import bad_gateway
 from firsttoken.journey.timeline import Timeline
 from firsttoken.server.http import SSE_HEADERS, ClientStalled, Headers, Send, response_headers, send_bytes
@@ -17,33 +17,33 @@ from firsttoken.sse import DONE, error_event
 JOINED = b"hit; joined"  # x-firsttoken-cache of a request that took an identical one's answer in flight
 
 
-async def send_cached(send: Send, base_headers: Headers, timeline: Timeline, entry: Entry, stream: bool,
-                      include_usage: bool, header: bytes = b"hit") -> None:
-    timeline.cache, timeline.route, timeline.status = header, entry.model, 200
+async def send_cached(send: Send, base_headers: Headers, timeline: Timeline, answer: bytes, route: str,
+                      stream: bool, header: bytes = b"hit") -> None:
+    """A stored answer, already in the shape asked for (cache.replay): a stream's events or a whole answer."""
+    timeline.cache, timeline.route, timeline.status = header, route, 200
     if stream:
-        events = as_stream(entry, include_usage)
         timeline.first_byte = timeline.first_token = perf_counter()
         await send({"type": "http.response.start", "status": 200,
                     "headers": [*SSE_HEADERS, *response_headers(base_headers, timeline)]})
         # One write: the whole answer, its closing comment and [DONE] in one segment on the wire.
-        await send({"type": "http.response.body", "body": events + timeline.closing_comment() + DONE})
+        await send({"type": "http.response.body", "body": answer + timeline.closing_comment() + DONE})
     else:
-        await send_bytes(send, 200, as_completion(entry), response_headers(base_headers, timeline))
+        await send_bytes(send, 200, answer, response_headers(base_headers, timeline))
     timeline.last_byte = perf_counter()
 
 
 async def send_followed(send: Send, base_headers: Headers, timeline: Timeline, flight: Flight, stream: bool,
                         include_usage: bool, alarms: Alarms, client_stall_s: float) -> bool:
     """The answer of the identical request in flight, as it comes. False when that one failed before this
-    one had sent anything: it should then go upstream itself."""
+    one had sent anything (or its answer was not one to share): it should then go upstream itself."""
     timeline.cache = JOINED
     if not stream:
         await flight.finished()
-        if flight.kind is None or flight.body is None:
+        answer = _replayed(flight, False, include_usage)
+        if answer is None:
             return False
         timeline.route, timeline.status = flight.route, 200
-        await send_bytes(send, 200, as_completion(Entry(flight.kind, flight.body, "", flight.route, 0, 0)),
-                         response_headers(base_headers, timeline))
+        await send_bytes(send, 200, answer, response_headers(base_headers, timeline))
         timeline.last_byte = perf_counter()
         return True
 
@@ -73,9 +73,21 @@ async def send_followed(send: Send, base_headers: Headers, timeline: Timeline, f
                               code="upstream_stream_broken")
         await write(error_event(failure.body()) + timeline.closing_comment() + DONE, more=False)
     elif not started:  # the leader's answer came whole (a server that answers streams with JSON)
-        await write(as_stream(Entry(flight.kind, flight.body, "", flight.route, 0, 0), include_usage)
-                    + timeline.closing_comment() + DONE, more=False)
+        answer = _replayed(flight, True, include_usage)
+        if answer is None:
+            return False
+        await write(answer + timeline.closing_comment() + DONE, more=False)
     else:
         await write(timeline.closing_comment() + DONE, more=False)
     timeline.last_byte = perf_counter()
     return True
+
+
+def _replayed(flight: Flight, stream: bool, include_usage: bool) -> bytes | None:
+    """The leader's whole answer in the shape this request asked for; None when it had none to share."""
+    if flight.kind is None or flight.body is None:
+        return None
+    try:
+        return replay(Entry(flight.kind, flight.body, "", flight.route, 0, 0), stream, include_usage)
+    except ReplayError:  # it was checked before being shared: a bug, but one a request need not see
+        return None

@@ -19,8 +19,10 @@ from time import perf_counter
 from typing import Any
 
 import aiohttp
+import orjson
 
 from firsttoken.alarms import Alarms
+from firsttoken.cache.replay import completion_chunks
 from firsttoken.errors import CLIENT_GAVE_UP, GatewayError, bad_gateway, gateway_timeout
 from firsttoken.journey.tcp_info import RttReader
 from firsttoken.journey.timeline import Timeline
@@ -51,17 +53,20 @@ CONNECTION_ERRORS = (aiohttp.ClientError, ConnectionError, OSError)
 _PASSED_HEADERS = (b"retry-after", b"x-ratelimit-")
 
 BuildRequest = Callable[[UpstreamLink, Target], UpstreamRequest]
+# A whole answer's body in OpenAI's shape; a GatewayError (502) when the upstream's 200 is not an answer.
+Translate = Callable[[UpstreamLink, bytes], bytes]
 # A clean answer for the edge cache: (kind "json" | "sse", the answer in OpenAI's format, upstream headers).
 Keep = Callable[[str, bytes, Any], None]
 
 
-def passthrough_headers(response: aiohttp.ClientResponse) -> Headers:
-    """Rate-limit headers clients act on (Retry-After, x-ratelimit-*) pass through to them."""
+def passthrough_headers(link: UpstreamLink, response: aiohttp.ClientResponse) -> Headers:
+    """Rate-limit headers clients act on (Retry-After, x-ratelimit-*) pass through to them (without any
+    credential the upstream might have put in one)."""
     out: Headers = []
     for name, value in response.raw_headers:
         lower = name.lower()
         if lower.startswith(_PASSED_HEADERS):
-            out.append((lower, value))
+            out.append((lower, link.adapter.scrub(value)))
     return out
 
 
@@ -70,19 +75,24 @@ def _connection_error(link: UpstreamLink, exc: BaseException) -> GatewayError:
         return gateway_timeout(f"upstream {link.name} did not answer within {link.settings.timeouts.connect:g} s "
                                f"of connecting; check that it is up, or raise its timeouts.")
     if isinstance(exc, aiohttp.ClientResponseError):
-        return bad_gateway(f"upstream {link.name} ({link.settings.public_url}) sent a response that is not valid "
-                           f"HTTP: {exc.message.splitlines()[0] if exc.message else exc.status}",
+        detail = exc.message.splitlines()[0] if exc.message else exc.status
+        return bad_gateway(link.adapter.redactor.text(f"upstream {link.name} ({link.settings.public_url}) sent a "
+                                                      f"response that is not valid HTTP: {detail}"),
                            code="upstream_bad_response")
-    return bad_gateway(f"upstream {link.name} ({link.settings.public_url}) is unreachable: {type(exc).__name__}"
-                       f"{': ' + str(exc) if str(exc) else ''}")
+    return bad_gateway(link.adapter.redactor.text(f"upstream {link.name} ({link.settings.public_url}) is unreachable: "
+                                                  f"{type(exc).__name__}{': ' + str(exc) if str(exc) else ''}"))
 
 
 UPSTREAM_RTT = RttReader()  # the upstream connections of this process
 
 
 def _timeout(link: UpstreamLink, which: str = "first_byte") -> GatewayError:
-    """A 504 naming the timeout that ran out: `first_byte` (no answer) or `idle` (a body that stalled)."""
+    """A 504 naming the timeout that ran out: `first_byte` (no answer), `idle` (a body that stalled) or
+    `total` (a whole answer that took too long, however steadily it came)."""
     seconds = getattr(link.settings.timeouts, which)
+    if which == "total":
+        return gateway_timeout(f"upstream {link.name}'s answer did not finish within {seconds:g} s (timeouts.total); "
+                               f"stream long answers, or raise the timeout.")
     return gateway_timeout(f"upstream {link.name} sent nothing for {seconds:g} s (timeouts.{which}); it may be "
                            f"overloaded, or the timeout may be too short.")
 
@@ -162,7 +172,8 @@ def _clients(deadline: float) -> GatewayError | None:
 class Attempt:
     """One target tried: its link, and the response headers or why there are none."""
     link: UpstreamLink
-    deadline: float
+    sent: float  # on the alarms' clock
+    deadline: float  # for the response headers
     response: aiohttp.ClientResponse | None = None
     failure: GatewayError | None = None
 
@@ -177,7 +188,8 @@ async def _attempt(upstreams: Upstreams, alarms: Alarms, target: Target, build: 
     timeline.floor_ms = link.floor_ms
     timeline.attempts += 1
     timeline.sent = perf_counter()
-    attempt = Attempt(link, alarms.now() + link.settings.timeouts.first_byte)
+    now = alarms.now()
+    attempt = Attempt(link, now, now + link.settings.timeouts.first_byte)
     client = CLIENT_DEADLINE.get()
     if client is not None and client.at < attempt.deadline:
         if client.at <= alarms.now():
@@ -202,7 +214,7 @@ def _refusal(link: UpstreamLink, response: aiohttp.ClientResponse, data: bytes) 
         return bad_gateway(f"upstream {link.name} answered with a redirect (HTTP {response.status}); set its url "
                            f"to the address it redirects to.", code="upstream_redirect")
     error = link.adapter.error(response.status, data)
-    error.headers.update({k.decode("latin-1"): v.decode("latin-1") for k, v in passthrough_headers(response)})
+    error.headers.update({k.decode("latin-1"): v.decode("latin-1") for k, v in passthrough_headers(link, response)})
     return error
 
 
@@ -237,19 +249,20 @@ class Fetched:
     """A whole answer read from a target, not yet sent."""
     link: UpstreamLink
     response: aiohttp.ClientResponse
-    data: bytes
+    data: bytes  # in OpenAI's shape
 
 
 async def forward_complete(upstreams: Upstreams, alarms: Alarms, router: Router, targets: list[Target],
-                           build: BuildRequest, translate: Callable[[UpstreamLink, bytes], bytes], send: Send,
+                           build: BuildRequest, translate: Translate, send: Send,
                            base_headers: Headers, timeline: Timeline, keep: Keep | None = None) -> None:
     """A non-streaming request: the first target that answers well is the answer; one that is late is
-    raced by the next (hedged), and the first whole answer wins."""
+    raced by the next (hedged), and the first whole answer wins. A 200 that `translate` finds is no
+    answer (a page, a body cut short) is the target's failure, and the next target may try."""
 
     async def fetch(target: Target, record: Timeline, lost: set[Target]) -> Fetched | GatewayError:
         router.started(target)
         try:
-            outcome = await _fetch(upstreams, alarms, target, build, record)
+            outcome = await _fetch(upstreams, alarms, target, build, translate, record)
         except BaseException:
             if target not in lost:
                 router.settled(target)
@@ -267,7 +280,7 @@ async def forward_complete(upstreams: Upstreams, alarms: Alarms, router: Router,
         outcome = await (fetch(target, timeline, set()) if delay is None else
                          race_whole(router, fetch, target, waiting, delay, timeline))
         if isinstance(outcome, Fetched):
-            await _deliver(outcome, translate, send, base_headers, timeline, keep)
+            await _deliver(outcome, send, base_headers, timeline, keep)
             return
         failure = outcome
         if not _retryable(failure):
@@ -275,19 +288,20 @@ async def forward_complete(upstreams: Upstreams, alarms: Alarms, router: Router,
     assert failure is not None
     log.warning("request failed after %d attempt(s): %s", timeline.attempts, failure.message)
     timeline.status = failure.status
+    timeline.failed(failure.code or failure.type, failure.message)
     await send_error(send, failure, response_headers(base_headers, timeline))
 
 
-async def _fetch(upstreams: Upstreams, alarms: Alarms, target: Target, build: BuildRequest,
+async def _fetch(upstreams: Upstreams, alarms: Alarms, target: Target, build: BuildRequest, translate: Translate,
                  timeline: Timeline) -> Fetched | GatewayError:
-    """One target's whole answer, read; else why not."""
+    """One target's whole answer, read and translated into OpenAI's shape; else why not."""
     attempt = await _attempt(upstreams, alarms, target, build, timeline)
     link, response = attempt.link, attempt.response
     if response is None:
         assert attempt.failure is not None
         return attempt.failure
     try:
-        data = await _read_body(alarms, link, response)
+        data = await _read_body(alarms, link, response, attempt.sent)
     except GatewayError as error:
         response.close()
         return error
@@ -300,26 +314,44 @@ async def _fetch(upstreams: Upstreams, alarms: Alarms, target: Target, build: Bu
     response.release()
     if response.status >= 300:
         return _refusal(link, response, data)
-    return Fetched(link, response, data)
-
-
-async def _read_body(alarms: Alarms, link: UpstreamLink, response: aiohttp.ClientResponse) -> bytes:
-    """A whole body, read within the upstream's idle timeout and the client's deadline; a GatewayError
-    (a 504 naming which) when one passes."""
-    idle = alarms.now() + link.settings.timeouts.idle
-    client = CLIENT_DEADLINE.get()
     try:
-        with alarms.deadline(idle if client is None else min(idle, client.at)):
-            return await response.read()
+        return Fetched(link, response, translate(link, data))
+    except GatewayError as error:  # a 200 that is not an answer
+        return error
+
+
+async def _read_body(alarms: Alarms, link: UpstreamLink, response: aiohttp.ClientResponse, sent: float) -> bytes:
+    """A whole body, read as it comes: each chunk within the upstream's idle timeout of the last, the whole
+    within its total timeout of `sent` and within the client's deadline; a GatewayError (a 504 naming which
+    ran out) when one passes."""
+    timeouts = link.settings.timeouts
+    client = CLIENT_DEADLINE.get()
+    end, last = sent + timeouts.total, "total"
+    if client is not None and client.at < end:
+        end, last = client.at, "client"
+    parts: list[bytes] = []
+    idle = alarms.now() + timeouts.idle
+    limit = alarms.deadline(min(idle, end))
+    try:
+        with limit:
+            while chunk := await response.content.readany():
+                parts.append(chunk)
+                idle = alarms.now() + timeouts.idle
+                limit.reschedule(min(idle, end))
     except TimeoutError:
-        raise client.passed() if client is not None and client.at <= idle else _timeout(link, "idle") from None
+        which = "idle" if idle < end else last
+        if which == "client":
+            assert client is not None
+            raise client.passed() from None
+        raise _timeout(link, which) from None
+    return b"".join(parts)
 
 
-async def _deliver(fetched: Fetched, translate: Callable[[UpstreamLink, bytes], bytes], send: Send,
-                   base_headers: Headers, timeline: Timeline, keep: Keep | None) -> None:
+async def _deliver(fetched: Fetched, send: Send, base_headers: Headers, timeline: Timeline,
+                   keep: Keep | None) -> None:
     response = fetched.response
-    headers = response_headers(base_headers, timeline) + passthrough_headers(response)
-    answer = translate(fetched.link, fetched.data)
+    headers = response_headers(base_headers, timeline) + passthrough_headers(fetched.link, response)
+    answer = fetched.data
     timeline.output_tokens = usage_count(answer, _COMPLETION_TOKENS)
     timeline.input_tokens = usage_count(answer, _PROMPT_TOKENS)
     timeline.status = response.status
@@ -433,46 +465,37 @@ class StreamForwarder:
         if response is None:
             return attempt.failure
         try:
-            return await self._answer(target, link, response, attempt.deadline, lane)
+            return await self._answer(target, attempt, response, lane)
         except CONNECTION_ERRORS as exc:
             return _connection_error(link, exc)
         finally:
             if not link.pool.releasing(response):
                 response.close()  # aborts a stream cut short, so the upstream stops generating
 
-    async def _answer(self, target: Target, link: UpstreamLink, response: aiohttp.ClientResponse, deadline: float,
+    async def _answer(self, target: Target, attempt: Attempt, response: aiohttp.ClientResponse,
                       lane: Lane | None = None) -> GatewayError | None:
         """Relay one upstream response; a GatewayError when it refused (nothing relayed yet). A lane's
         relay writes through its race until the race is decided."""
+        link, deadline = attempt.link, attempt.deadline
         if not (200 <= response.status < 300 and response.content_type.startswith("text/event-stream")):
             try:  # a refusal, or (some servers) a stream request answered with one JSON body
-                data = await _read_body(self.alarms, link, response)
+                data = await _read_body(self.alarms, link, response, attempt.sent)
             except GatewayError as error:  # a stream's own failures end in the relay
                 return error
-        if response.status >= 300:
-            return _refusal(link, response, data)
-        if not response.content_type.startswith("text/event-stream"):
-            if lane is not None and not await lane.claim():
-                return None
-            await self.heartbeat.stop()  # first: a beat in flight may still start the stream
-            if self.started:
-                return bad_gateway(f"upstream {link.name} answered a stream request with "
-                                   f"{response.content_type}", code="upstream_bad_response")
-            self.timeline.status = response.status
-            await send_bytes(self.send, response.status, link.adapter.chat_response(data),
-                             response_headers(self.base_headers, self.timeline))
-            return None
+            if response.status >= 300:
+                return _refusal(link, response, data)
+            return await self._whole_as_stream(link, response, data, lane)
         if lane is None:
-            await self.start(passthrough_headers(response))
+            await self.start(passthrough_headers(link, response))
         else:
-            lane.headers = passthrough_headers(response)
+            lane.headers = passthrough_headers(link, response)
         gave_up = _clients(deadline)
         relay = Relay(response, self.write if lane is None else lane.write, self.timeline if lane is None else
                       lane.timeline, translator=link.adapter.stream_translator(True),  # usage for us; stripped
                       strip_usage=not self.client_wants_usage, alarms=self.alarms, heartbeat=self.heartbeat,
                       first_token_deadline=deadline, idle_s=link.settings.timeouts.idle, upstream=link.name,
-                      capture=self.capture if lane is None else lane.capture, deadline_error=gave_up,
-                      on_first_token=lambda: self.router.first_token(target))
+                      redactor=link.adapter.redactor, capture=self.capture if lane is None else lane.capture,
+                      deadline_error=gave_up, on_first_token=lambda: self.router.first_token(target))
         if lane is not None:
             lane.relay = relay
         result = await relay.run()
@@ -498,6 +521,32 @@ class StreamForwarder:
                 self.keep("sse", b"\n\n".join(relay.capture) + b"\n\n", response.headers)
         return None
 
+    async def _whole_as_stream(self, link: UpstreamLink, response: aiohttp.ClientResponse, data: bytes,
+                               lane: Lane | None) -> GatewayError | None:
+        """A stream request answered with one whole body (some servers do): a chat completion goes out as the
+        chunks a stream of it would have carried; anything else (a page, an error) is the target's failure,
+        a 502 while nothing has reached the client, and the next target may try."""
+        try:
+            answer = link.adapter.chat_response(data)
+        except GatewayError as error:
+            return error
+        headers = passthrough_headers(link, response)
+        if lane is not None:
+            lane.headers = headers
+            if not await lane.claim():
+                return None
+        await self.heartbeat.stop()  # first: a beat in flight may still start the stream
+        await self.start(headers)
+        timeline = self.timeline
+        timeline.first_token = timeline.last_token = perf_counter()
+        timeline.output_tokens = usage_count(answer, _COMPLETION_TOKENS)
+        timeline.input_tokens = usage_count(answer, _PROMPT_TOKENS)
+        events = completion_chunks(orjson.loads(answer), self.client_wants_usage)
+        await self.write(events + timeline.closing_comment() + DONE, last=True)
+        if self.keep is not None:
+            self.keep("json", answer, response.headers)
+        return None
+
     async def write(self, data: bytes, last: bool = False) -> None:
         if last:  # the response ends with these bytes: no heartbeat may follow them
             await self.heartbeat.stop()
@@ -521,6 +570,7 @@ class StreamForwarder:
         await self.write(HEARTBEAT)
 
     async def _fail(self, failure: GatewayError) -> None:
+        self.timeline.failed(failure.code or failure.type, failure.message)
         if not self.started:
             self.timeline.status = failure.status
             await send_error(self.send, failure, response_headers(self.base_headers, self.timeline))

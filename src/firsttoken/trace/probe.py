@@ -15,10 +15,10 @@ from typing import Any
 import aiohttp
 import orjson
 
+from firsttoken.answers import is_token_bearing
 from firsttoken.journey.attribution import parse_server_timing
 from firsttoken.journey.tcp_info import rtt_of
 from firsttoken.journey.timeline import Timeline
-from firsttoken.relay import is_token_bearing
 from firsttoken.sse import EventSplitter, data_field
 from firsttoken.trace.endpoint import Endpoint
 from firsttoken.upstream.connector import TimedConnector, protocol_of

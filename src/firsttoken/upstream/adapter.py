@@ -10,8 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from firsttoken.answers import NotAnAnswer, completion_body, embeddings_body
 from firsttoken.config import Upstream
-from firsttoken.errors import GatewayError, upstream_status_error
+from firsttoken.errors import GatewayError, bad_gateway, upstream_status_error
+from firsttoken.redact import Redactor
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,13 +43,30 @@ class Adapter:
         self.name = name
         self.settings = settings
         self._secret = settings.key.get_secret_value() if settings.key is not None else ""
+        self.redactor = Redactor(settings.secrets())
 
     def chat(self, body: dict[str, Any], model: str, stream: bool) -> UpstreamRequest:
         raise NotImplementedError
 
     def chat_response(self, body: bytes) -> bytes:
-        """A non-streaming answer in OpenAI's shape."""
+        """A non-streaming answer in OpenAI's shape; a 502 when the upstream's 200 is not a chat completion
+        (a page, a body cut in half)."""
+        try:
+            completion_body(body)
+        except NotAnAnswer as exc:
+            raise self.not_an_answer("a chat completion", exc) from None
         return body
+
+    def embeddings_response(self, body: bytes) -> bytes:
+        try:
+            embeddings_body(body)
+        except NotAnAnswer as exc:
+            raise self.not_an_answer("a list of embeddings", exc) from None
+        return body
+
+    def not_an_answer(self, what: str, why: object) -> GatewayError:
+        return bad_gateway(self.redactor.text(f"upstream {self.name} answered with something that is not {what}: "
+                                              f"{why}"), code="upstream_bad_response")
 
     def stream_translator(self, include_usage: bool) -> StreamTranslator | None:
         """None means the stream is already OpenAI's and passes through byte for byte."""
@@ -65,10 +84,9 @@ class Adapter:
         return upstream_status_error(status, self.scrub(body), self.name)
 
     def scrub(self, data: bytes) -> bytes:
-        """Remove our upstream key from anything the upstream echoes back (some echo it in errors)."""
-        if self._secret and self._secret.encode() in data:
-            return data.replace(self._secret.encode(), b"[redacted]")
-        return data
+        """Remove the credentials we send (or a long prefix of one) from anything the upstream says back:
+        some quote the key in errors, in error bodies and in-stream error events alike."""
+        return self.redactor.bytes(data)
 
     def _headers(self, auth: dict[str, str]) -> dict[str, str]:
         return {"Content-Type": "application/json", "Accept-Encoding": "identity", **self.settings.headers, **auth}

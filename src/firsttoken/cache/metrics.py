@@ -1,0 +1,27 @@
+"""The edge cache's own counters for GET /metrics, read when asked: answers it would not keep, by why,
+and stored answers it dropped because they could not be replayed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from firsttoken.cache.edge import EdgeCache
+
+
+class CacheCollector(Collector):
+    def __init__(self, cache: EdgeCache) -> None:
+        self.cache = cache
+
+    def collect(self) -> Iterator[Metric]:
+        not_kept = CounterMetricFamily("firsttoken_cache_not_kept", "Answers the edge cache did not keep, by why: "
+                                       "incomplete or broken in their wire format, or marked no-store.",
+                                       labels=["reason"])
+        for reason, count in sorted(self.cache.not_kept.items()):
+            not_kept.add_metric([reason], count)
+        dropped = CounterMetricFamily("firsttoken_cache_dropped", "Stored answers dropped because they could "
+                                      "not be replayed in the shape asked for (the request went upstream).")
+        dropped.add_metric([], self.cache.dropped)
+        yield from (not_kept, dropped)

@@ -1,0 +1,94 @@
+"""Secrets kept out of what the gateway says: the upstream keys (and other credentials it holds) removed
+from upstream text before it reaches a client, a journey, a span or a log line.
+
+An upstream may quote the key it was sent, whole or cut short ("Incorrect API key provided: sk-proj-abc…"),
+in an error body, an in-stream error event or a header. So a match is any run of at least `MIN_PREFIX`
+characters that begins a secret, extended as far as it goes on agreeing with the secret. Looking for one
+anchor per secret is a `bytes.find` (memchr-fast), cheap enough for every read of a stream.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+
+REDACTED = "[redacted]"
+MIN_PREFIX = 10  # shorter runs are common words and public prefixes ("sk-proj-"); the rest of a key is secret
+MIN_SECRET = 8  # shorter "keys" (EMPTY, none, x) guard nothing, and redacting them would garble text
+
+
+class Redactor:
+    """Removes the given secrets, and any long prefix of them, from bytes and text."""
+
+    __slots__ = ("_secrets", "_anchors")
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        found = {s for s in secrets if len(s) >= MIN_SECRET}
+        # Longest first: a secret that begins with another is matched whole.
+        self._secrets = [s.encode() for s in sorted(found, key=len, reverse=True)]
+        self._anchors = [s[:MIN_PREFIX] for s in self._secrets]
+
+    def __bool__(self) -> bool:
+        return bool(self._secrets)
+
+    def bytes(self, data: bytes) -> bytes:
+        for secret, anchor in zip(self._secrets, self._anchors, strict=True):
+            if anchor in data:
+                data = _cut(data, secret, anchor)
+        return data
+
+    def text(self, text: str) -> str:
+        if not self._secrets:
+            return text
+        data = text.encode("utf-8", "surrogateescape")
+        cleaned = self.bytes(data)
+        return text if cleaned is data else cleaned.decode("utf-8", "surrogateescape")
+
+    def including(self, secrets: Iterable[str]) -> Redactor:
+        return Redactor([*(s.decode() for s in self._secrets), *secrets])
+
+
+def _cut(data: bytes, secret: bytes, anchor: bytes) -> bytes:
+    out: list[bytes] = []
+    start = 0
+    at = data.find(anchor)
+    while at >= 0:
+        end = at + len(anchor)
+        limit = min(len(data), at + len(secret))
+        while end < limit and data[end] == secret[end - at]:
+            end += 1
+        out += (data[start:at], REDACTED.encode())
+        start = end
+        at = data.find(anchor, end)
+    out.append(data[start:])
+    return b"".join(out)
+
+
+class _RedactingRecords:
+    """A log record factory that redacts each record's message (and traceback) as it is made, so no
+    handler, ours or a library's, can write a secret."""
+
+    def __init__(self, make: Callable[..., logging.LogRecord], redactor: Redactor) -> None:
+        self.make = make
+        self.redactor = redactor
+
+    def __call__(self, *args: object, **kwargs: object) -> logging.LogRecord:
+        record = self.make(*args, **kwargs)
+        if not self.redactor:
+            return record
+        message = record.getMessage()
+        cleaned = self.redactor.text(message)
+        if cleaned != message:
+            record.msg, record.args = cleaned, None
+        if record.exc_info and record.exc_info[0] is not None:
+            record.exc_text = self.redactor.text(logging.Formatter().formatException(record.exc_info))
+        return record
+
+
+def redact_logs(secrets: Iterable[str]) -> None:
+    """From now on no log record of this process carries these secrets (adds to any given before)."""
+    factory = logging.getLogRecordFactory()
+    if isinstance(factory, _RedactingRecords):
+        factory.redactor = factory.redactor.including(secrets)
+    else:
+        logging.setLogRecordFactory(_RedactingRecords(factory, Redactor(secrets)))

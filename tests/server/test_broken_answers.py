@@ -1,0 +1,184 @@
+"""Broken answers from a real upstream, through the real gateway with its edge cache on, with the openai SDK
+as the client: no broken answer is ever kept or served from the cache, a cut stream always says so, a stream
+request never gets a 200 that is not a stream, no upstream key reaches the client, a journey or the log, and
+a whole answer's body is bounded between chunks and in total, not by one deadline for the whole."""
+
+from __future__ import annotations
+
+import itertools
+import sqlite3
+import time
+
+import httpx
+import openai
+import pytest
+
+from conftest import CLIENT_KEY
+from firsttoken.cache.key import exact_key
+from support.faulty_answers import UPSTREAM_KEY
+from support.gateway_process import GatewayProcess
+
+BROKEN_WHOLE = ["not-json", "html", "cut-json"]
+BROKEN_STREAMS = ["garbage-stream", "empty-stream", "no-done", "cut-stream", "no-finish"]
+QUESTION = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def gateway(upstream, tmp_path_factory):
+    faulty = {name: [f"fake/{name}"] for name in [*BROKEN_WHOLE, *BROKEN_STREAMS, "whole-for-stream",
+                                                   "key-in-stream", "key-in-headers", "drip-400"]}
+    settings = {"upstreams": {"fake": {"url": upstream.url, "key": UPSTREAM_KEY,
+                                       "timeouts": {"first_byte": 5.0, "idle": 1.0}},
+                              "short": {"url": upstream.url, "key": UPSTREAM_KEY, "pool": {"warm": 0},
+                                        "timeouts": {"first_byte": 5.0, "idle": 1.0, "total": 1.5}}},
+                "models": {**faulty, "chat": ["fake/echo"], "drip-short": ["short/drip-400"]},
+                "keys": [{"name": "app", "key": CLIENT_KEY}],
+                "routing": {"hedge": {"enabled": False}, "retry_budget": 0},
+                "cache": {"backend": "sqlite", "path": "cache.db", "semantic": False}}
+    with GatewayProcess(settings, tmp_path_factory.mktemp("broken")) as running:
+        yield running
+
+
+def client(gateway: GatewayProcess) -> openai.OpenAI:
+    return openai.OpenAI(base_url=gateway.url + "/v1", api_key=CLIENT_KEY, max_retries=0)
+
+
+def question() -> list[dict]:
+    return [{"role": "user", "content": f"question number {next(QUESTION)}"}]
+
+
+def whole(gateway: GatewayProcess, model: str, messages: list[dict]) -> httpx.Response:
+    return httpx.post(gateway.url + "/v1/chat/completions", headers={"authorization": f"Bearer {CLIENT_KEY}"},
+                      json={"model": model, "messages": messages}, timeout=10)
+
+
+def streamed(gateway: GatewayProcess, model: str, messages: list[dict]) -> tuple[httpx.Response, list[str]]:
+    """The response and its SSE lines (read whole)."""
+    with httpx.stream("POST", gateway.url + "/v1/chat/completions", timeout=10,
+                      headers={"authorization": f"Bearer {CLIENT_KEY}"},
+                      json={"model": model, "messages": messages, "stream": True}) as response:
+        return response, [line for line in response.iter_lines() if line]
+
+
+def error_events(lines: list[str]) -> list[dict]:
+    import json
+    return [json.loads(line[6:])["error"] for line in lines if line.startswith('data: {"error"')]
+
+
+@pytest.mark.parametrize("model", BROKEN_WHOLE)
+def test_a_200_that_is_no_answer_is_a_502_in_either_shape_and_never_cached(gateway, upstream, model) -> None:
+    messages = question()
+    before = upstream.stats.by_model[model]
+    for _ in range(2):
+        with pytest.raises(openai.APIStatusError) as failed:
+            client(gateway).chat.completions.create(model=model, messages=messages)
+        assert failed.value.status_code == 502 and failed.value.code == "upstream_bad_response"
+        assert failed.value.response.headers["x-firsttoken-cache"] == "miss"
+        response, lines = streamed(gateway, model, messages)  # never a 200 that is not a stream
+        assert response.status_code == 502 and response.headers["content-type"] == "application/json"
+        assert response.headers["x-firsttoken-cache"] == "miss"
+    assert upstream.stats.by_model[model] == before + 4  # each one crossed to the upstream
+
+
+@pytest.mark.parametrize("model", BROKEN_STREAMS)
+def test_a_broken_or_cut_stream_says_so_and_is_never_cached(gateway, upstream, model) -> None:
+    messages = question()
+    for _ in range(2):
+        with pytest.raises(openai.APIError) as broken:  # the SDK raises on the error event
+            for _chunk in client(gateway).chat.completions.create(model=model, messages=messages, stream=True):
+                pass
+        assert broken.value.code == "upstream_stream_broken"
+        response, lines = streamed(gateway, model, messages)
+        assert response.headers["x-firsttoken-cache"] == "miss" and lines[-1] == "data: [DONE]"
+        assert [e["code"] for e in error_events(lines)] == ["upstream_stream_broken"]
+        journey = httpx.get(f"{gateway.url}/v1/journeys/{response.headers['x-request-id']}",
+                            headers={"authorization": f"Bearer {CLIENT_KEY}"}).json()
+        assert journey["error"]["code"] == "upstream_stream_broken" and journey["verdict"].startswith("broken")
+        whole_response = whole(gateway, model, messages)  # asked whole: no 500, not a hit
+        assert whole_response.status_code == 502 and whole_response.headers["x-firsttoken-cache"] == "miss"
+
+
+def test_a_whole_answer_to_a_stream_request_goes_out_as_a_stream_and_is_kept(gateway, upstream) -> None:
+    messages = question()
+    chunks = list(client(gateway).chat.completions.create(model="whole-for-stream", messages=messages, stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == \
+        "a whole answer to a stream request"
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    seen = upstream.stats.by_model["whole-for-stream"]
+    response, lines = streamed(gateway, "whole-for-stream", messages)
+    assert response.headers["x-firsttoken-cache"] == "hit" and not error_events(lines)
+    assert whole(gateway, "whole-for-stream", messages).headers["x-firsttoken-cache"] == "hit"
+    assert upstream.stats.by_model["whole-for-stream"] == seen
+
+
+def test_an_upstream_key_quoted_in_a_stream_reaches_no_client_journey_or_log(gateway) -> None:
+    response, lines = streamed(gateway, "key-in-stream", question())
+    [error] = error_events(lines)
+    assert "[redacted]" in error["message"]
+    journey = httpx.get(f"{gateway.url}/v1/journeys/{response.headers['x-request-id']}",
+                        headers={"authorization": f"Bearer {CLIENT_KEY}"}).json()
+    assert "[redacted]" in journey["error"]["message"]
+    for text in ("\n".join(lines), str(journey), gateway.log()):
+        assert UPSTREAM_KEY[:10] not in text
+
+
+def test_an_upstream_key_in_a_refusal_and_its_headers_is_redacted(gateway) -> None:
+    with pytest.raises(openai.RateLimitError) as refused:
+        client(gateway).chat.completions.create(model="key-in-headers", messages=question())
+    headers = refused.value.response.headers
+    assert headers["retry-after"] == "1" and headers["x-ratelimit-key"] == "[redacted]; remaining=0"
+    assert UPSTREAM_KEY[:10] not in refused.value.message and "[redacted]" in refused.value.message
+    assert UPSTREAM_KEY[:10] not in gateway.log()
+
+
+def test_a_whole_answer_is_bounded_between_chunks_not_by_one_deadline(gateway) -> None:
+    """Six pieces 0.4 s apart take 2.4 s, more than the 1 s idle bound: each piece came in time."""
+    started = time.perf_counter()
+    answer = client(gateway).chat.completions.create(model="drip-400", messages=question())
+    assert answer.choices[0].message.content == "a slow but steady answer"
+    assert time.perf_counter() - started > 2.0
+
+
+def test_a_whole_answer_past_its_total_deadline_is_a_504_that_says_which(gateway) -> None:
+    started = time.perf_counter()
+    with pytest.raises(openai.APIStatusError) as late:
+        client(gateway).chat.completions.create(model="drip-short", messages=question())
+    assert late.value.status_code == 504 and "timeouts.total" in late.value.message
+    assert 1.4 < time.perf_counter() - started < 2.3
+
+
+@pytest.mark.parametrize(("kind", "body", "stream"), [
+    ("sse", b"data: {not json\n\n", False),  # a stream's events that do not fold into an answer
+    ("json", b"<html>not an answer</html>", True),  # a whole answer that is not JSON, asked as a stream
+    ("json", b'{"choices": "nonsense"}', True),
+])
+def test_a_stored_answer_that_cannot_be_replayed_is_dropped_and_the_request_goes_upstream(
+        gateway, upstream, kind, body, stream) -> None:
+    messages = question()
+    request = {"model": "chat", "messages": messages}
+    key = exact_key("app", ["fake/echo"], request)
+    now = time.time()
+    with sqlite3.connect(gateway.workdir / "cache.db") as db:  # damaged in the store, or kept by an older version
+        db.execute("INSERT OR REPLACE INTO answers VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                   (key, kind, body, "app", "fake/echo", now, now + 3600, len(body)))
+    dropped = _dropped(gateway)
+    echoes = upstream.stats.by_model["echo"]
+    if stream:
+        response, lines = streamed(gateway, "chat", messages)
+        assert response.status_code == 200 and not error_events(lines)
+    else:
+        response = whole(gateway, "chat", messages)
+        assert response.status_code == 200 and response.json()["choices"][0]["message"]["content"]
+    assert response.headers["x-firsttoken-cache"] == "miss"
+    assert upstream.stats.by_model["echo"] == echoes + 1
+    assert _dropped(gateway) == dropped + 1
+    deadline = time.monotonic() + 5  # the fresh answer takes its place (the writer flushes in the background)
+    while whole(gateway, "chat", messages).headers["x-firsttoken-cache"] != "hit":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+
+
+def _dropped(gateway: GatewayProcess) -> float:
+    metrics = httpx.get(gateway.url + "/metrics", headers={"authorization": f"Bearer {CLIENT_KEY}"}).text
+    return next(float(line.split()[-1]) for line in metrics.splitlines()
+                if line.startswith("firsttoken_cache_dropped_total"))

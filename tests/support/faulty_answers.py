@@ -1,0 +1,130 @@
+"""Answers that are broken on purpose, for the test upstream: each model name here answers a chat request
+(streamed or not) the way a misbehaving server or network does.
+
+  not-json          200, text/plain that is not JSON (also to stream requests)
+  html              200, an HTML page (a proxy's or a captive portal's)
+  cut-json          200, a chat completion cut in half
+  whole-for-stream  a valid whole chat completion, also to a stream request
+  garbage-stream    a stream of events that do not parse, ending with [DONE]
+  empty-stream      a stream of [DONE] alone
+  no-done           a stream with tokens and a finish reason, then closed without [DONE]
+  cut-stream        a stream with tokens, then closed cleanly (no finish reason, no [DONE])
+  no-finish         a stream with tokens and [DONE], but no finish reason
+  key-in-stream     a stream with a token, then an error event quoting the key it was sent, then [DONE]
+  key-in-headers    429 whose rate-limit header and body quote the key (a prefix of it, in the body)
+  drip-<ms>         a whole answer whose body comes a piece every <ms> (six pieces)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+UPSTREAM_KEY = "sk-upstream-secret-DO-NOT-LEAK-4242"
+
+
+def completion(model: str, text: str) -> dict[str, Any]:
+    return {"id": "chatcmpl-faulty", "object": "chat.completion", "created": 1, "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}}
+
+
+def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+    payload = {"id": "chatcmpl-faulty", "object": "chat.completion.chunk", "created": int(time.time()),
+               "model": "faulty", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
+TOKENS = chunk({"role": "assistant", "content": ""}) + chunk({"content": "half"}) + chunk({"content": " an"})
+DONE = b"data: [DONE]\n\n"
+
+
+async def _stream(request: web.Request, body: bytes, eof: bool = True) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    await response.write(body)
+    if eof:
+        await response.write_eof()
+    return response
+
+
+async def not_json(request: web.Request, model: str) -> web.StreamResponse:
+    return web.Response(text="upstream temporarily unavailable, try later", content_type="text/plain")
+
+
+async def html(request: web.Request, model: str) -> web.StreamResponse:
+    return web.Response(text="<html><body><h1>Welcome to the airport Wi-Fi</h1></body></html>",
+                        content_type="text/html")
+
+
+async def cut_json(request: web.Request, model: str) -> web.StreamResponse:
+    whole = json.dumps(completion(model, "the part that never arrives"))
+    return web.Response(text=whole[: len(whole) // 2], content_type="application/json")
+
+
+async def whole_for_stream(request: web.Request, model: str) -> web.StreamResponse:
+    return web.json_response(completion(model, "a whole answer to a stream request"))
+
+
+async def garbage_stream(request: web.Request, model: str) -> web.StreamResponse:
+    return await _stream(request, b"data: {not json at all\n\ndata: <<<>>>\n\n" + DONE)
+
+
+async def empty_stream(request: web.Request, model: str) -> web.StreamResponse:
+    return await _stream(request, DONE)
+
+
+async def no_done(request: web.Request, model: str) -> web.StreamResponse:
+    return await _stream(request, TOKENS + chunk({}, "stop"))
+
+
+async def cut_stream(request: web.Request, model: str) -> web.StreamResponse:
+    return await _stream(request, TOKENS)
+
+
+async def no_finish(request: web.Request, model: str) -> web.StreamResponse:
+    return await _stream(request, TOKENS + DONE)
+
+
+async def key_in_stream(request: web.Request, model: str) -> web.StreamResponse:
+    error = {"error": {"message": f"Invalid authentication: the key {UPSTREAM_KEY} was revoked",
+                       "type": "authentication_error", "param": None, "code": "invalid_api_key"}}
+    return await _stream(request, TOKENS + b"data: " + json.dumps(error).encode() + b"\n\n" + DONE)
+
+
+async def key_in_headers(request: web.Request, model: str) -> web.StreamResponse:
+    body = {"error": {"message": f"Rate limit reached for key {UPSTREAM_KEY[:16]}... on requests",
+                      "type": "rate_limit_error", "param": None, "code": "rate_limit_exceeded"}}
+    return web.json_response(body, status=429, headers={"Retry-After": "1",
+                                                        "x-ratelimit-key": f"{UPSTREAM_KEY}; remaining=0"})
+
+
+async def drip(request: web.Request, model: str) -> web.StreamResponse:
+    """The whole answer, a sixth at a time."""
+    pause = int(model.split("-")[1]) / 1000
+    whole = json.dumps(completion(model, "a slow but steady answer")).encode()
+    response = web.StreamResponse(headers={"Content-Type": "application/json"})
+    await response.prepare(request)
+    step = len(whole) // 6 + 1
+    for start in range(0, len(whole), step):
+        await asyncio.sleep(pause)
+        await response.write(whole[start:start + step])
+    await response.write_eof()
+    return response
+
+
+Fault = Callable[[web.Request, str], Awaitable[web.StreamResponse]]
+FAULTS: dict[str, Fault] = {
+    "not-json": not_json, "html": html, "cut-json": cut_json, "whole-for-stream": whole_for_stream,
+    "garbage-stream": garbage_stream, "empty-stream": empty_stream, "no-done": no_done, "cut-stream": cut_stream,
+    "no-finish": no_finish, "key-in-stream": key_in_stream, "key-in-headers": key_in_headers,
+}
+
+
+def fault(model: str) -> Fault | None:
+    return drip if model.startswith("drip-") else FAULTS.get(model)

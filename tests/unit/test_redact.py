@@ -1,0 +1,54 @@
+"""Credentials kept out of what the gateway says: whole, or as a long prefix, in bytes, text and log records."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from firsttoken import config
+from firsttoken.redact import MIN_PREFIX, REDACTED, Redactor, redact_logs
+
+KEY = "sk-proj-a1B2c3D4e5F6g7H8i9J0"
+
+
+@pytest.mark.parametrize("quoted", [KEY, KEY[:MIN_PREFIX], KEY[:20] + "...", f"Bearer {KEY}"])
+def test_the_key_and_any_long_prefix_of_it_are_removed(quoted: str) -> None:
+    text = f"Incorrect API key provided: {quoted}. See https://platform.example/account."
+    cleaned = Redactor([KEY]).text(text)
+    assert KEY[:MIN_PREFIX] not in cleaned and REDACTED in cleaned
+    assert cleaned.endswith("See https://platform.example/account.")  # the rest is untouched
+
+
+def test_short_prefixes_and_short_secrets_are_left_alone() -> None:
+    assert Redactor([KEY]).text("keys look like sk-proj-…") == "keys look like sk-proj-…"
+    assert Redactor(["EMPTY"]).text("EMPTY answers are EMPTY") == "EMPTY answers are EMPTY"
+
+
+def test_every_occurrence_of_every_secret_goes() -> None:
+    other = "another-credential-0987654321"
+    data = f"{KEY} and {other} and {KEY}".encode()
+    assert Redactor([KEY, other]).bytes(data) == f"{REDACTED} and {REDACTED} and {REDACTED}".encode()
+
+
+def test_no_log_record_carries_a_secret(caplog: pytest.LogCaptureFixture) -> None:
+    redact_logs([KEY])
+    log = logging.getLogger("firsttoken.test")
+    with caplog.at_level(logging.INFO):
+        log.info("upstream said %s", f"bad key {KEY}")
+        try:
+            raise ValueError(f"the key {KEY[:15]} is wrong")
+        except ValueError:
+            log.exception("failed")
+    assert KEY[:MIN_PREFIX] not in caplog.text and REDACTED in caplog.text
+
+
+def test_the_settings_name_every_credential_they_hold() -> None:
+    settings = config.validate({
+        "upstreams": {"a": {"url": "https://user:url-password-123@api.example/v1?api_key=query-secret-456",
+                            "key": "upstream-key-789", "headers": {"X-Api-Token": "header-token-000",
+                                                                   "HTTP-Referer": "https://myapp.example"}}},
+        "keys": [{"name": "app", "key": "client-key-1234"}],
+        "limits": {"redis": "redis://:redis-password-1@127.0.0.1:6379/0"}})
+    assert set(settings.secrets()) == {"url-password-123", "query-secret-456", "upstream-key-789",
+                                       "header-token-000", "client-key-1234", "redis-password-1"}
