@@ -358,8 +358,13 @@ def _banner(settings: Settings, workers: int) -> None:
 def _run(settings: Settings, config_path: str | None, workers: int) -> None:
     import uvicorn
 
+    from firsttoken.server.protocol import http_protocol
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    options: dict[str, Any] = dict(host=settings.listen.host, port=settings.listen.port, http="httptools",
+    # httptools with header and body deadlines and a bound on waiting connections; it pickles into the
+    # worker processes with the settings it closes over
+    options: dict[str, Any] = dict(host=settings.listen.host, port=settings.listen.port,
+                                   http=http_protocol(settings.limits),
                                    loop="uvloop", lifespan="on", access_log=False, log_level="warning",
                                    timeout_keep_alive=75, server_header=False, date_header=False,
                                    proxy_headers=False)  # we trust no X-Forwarded-* by default

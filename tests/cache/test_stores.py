@@ -55,6 +55,19 @@ async def test_an_answer_is_a_hit_until_it_expires(store) -> None:
     assert await store.get("short", now + 1) is None and await store.get("k", now + 61) is None
 
 
+async def test_a_deleted_answer_is_gone_and_frees_its_bytes(store) -> None:
+    store.put("kept", entry(b"y" * 300))
+    store.put("doomed", entry(b"x" * 600))
+    await settle(store)
+    await store.delete("doomed")
+    await store.delete("never-there")  # nothing to delete is no error
+    store.put("after", entry(b"z" * 600))  # the oldest ("kept") stays only if the deleted bytes were given back
+    await settle(store)
+    now = time.time()
+    assert await store.get("doomed", now) is None
+    assert (await store.get("kept", now)) is not None and (await store.get("after", now)) is not None
+
+
 async def test_bytes_are_bounded_and_the_oldest_written_go_first(store) -> None:
     for i in range(5):
         store.put(f"k{i}", entry(b"x" * 300))

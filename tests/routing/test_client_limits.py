@@ -15,6 +15,7 @@ from firsttoken.errors import GatewayError
 from firsttoken.routing.client_limits import ClientLimits, estimate_tokens
 from firsttoken.routing.ratelimit import KeyLimits
 from support.gateway_process import GatewayProcess
+from support.limits import admitted
 from support.openai_upstream import UPSTREAM_KEY
 
 PREFIXES = itertools.count()
@@ -61,14 +62,7 @@ async def test_two_gateways_on_one_redis_share_a_keys_limit_atomically(redis_ser
     prefix = f"limits{next(PREFIXES)}:"
     one, two = (ClientLimits([key(rpm=5, tpm=100_000)], redis_server.url, prefix) for _ in range(2))
 
-    async def admitted(limits: ClientLimits) -> bool:
-        try:
-            await limits.admit("app", ASK)
-            return True
-        except GatewayError:
-            return False
-
-    results = await asyncio.gather(*(admitted(one if i % 2 else two) for i in range(12)))
+    results = await asyncio.gather(*(admitted(one if i % 2 else two, ASK) for i in range(12)))
     assert sum(results) == 5
     await one.close()
     await two.close()

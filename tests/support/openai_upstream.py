@@ -28,6 +28,7 @@ from aiohttp import web
 from support.faulty_answers import UPSTREAM_KEY, fault
 from support.loopback import serve_on_loopback
 from support.threaded import InThread
+
 MODELS = ["echo", "tools", "inspect", "fail-midstream", "hang", "sleep-1000", "error-429", "error-400"]
 
 

@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from firsttoken.private_files import private_directory
+
 log = logging.getLogger("firsttoken.cache")
 
 EXPORT_VERSION = 1  # bump when export() changes what it writes
@@ -87,7 +89,7 @@ def export(directory: Path, path: Path) -> None:
 
     sample = model.preprocess(["a sentence to trace the graph with", "and a second, longer one to pad"])
     dynamic = {0: "batch", 1: "tokens"}
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_directory(path.parent)  # 0700 whatever the umask: a model others could swap decides cache hits
     with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as partial:
         pass
     try:

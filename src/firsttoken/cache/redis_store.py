@@ -3,7 +3,7 @@
 Each answer is a hash under `{prefix}a:{key}` with a Redis TTL, so Redis itself forgets it on time. The
 bound on bytes is kept in one Lua script per write: it records the answer, adds its size to a running
 total, and drops the oldest answers until the total fits. The script runs atomically, so replicas
-writing at once cannot overshoot the bound or lose count. Reads are one HGETALL on the event loop
+writing at once cannot overshoot the bound or lose count. Reads are one HMGET on the event loop
 (redis.asyncio). Writes go out as tasks the store owns, so the request that caused one never waits for
 it.
 
@@ -11,6 +11,13 @@ The semantic index's prompts go to a stream, `{prefix}prompts`, after their answ
 never meets a prompt whose answer is not there yet), capped at about `max_prompts` entries. Each gateway
 reads the stream at start and then follows it, so a paraphrase of a question that one replica answered
 is a hit on every replica.
+
+The cache is an optimisation, so Redis failing must cost next to nothing: every command goes through a
+RedisGuard (redis_guard.py), with a short timeout and a circuit breaker. A Redis that is stopped or frozen
+makes lookups misses and drops writes; once one command has failed, the others skip Redis without touching
+it until a probe finds it back, and the warnings are a line per interval, not one per request. The follower
+pauses meanwhile and goes on from where it was. Stats and purges are asked for, not on a request's path:
+they raise the Redis error instead.
 """
 
 from __future__ import annotations
@@ -18,13 +25,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
-
-import redis.asyncio as redis
-from redis.exceptions import RedisError
 
 from firsttoken.cache.entry import Entry, PromptRecord
 from firsttoken.cache.stores import matches, rows
+from firsttoken.redis_guard import DEFAULT_POLICY, GuardPolicy, RedisGuard
 
 log = logging.getLogger("firsttoken.cache")
 
@@ -64,41 +70,37 @@ end
 return dropped
 """
 
-RETRY_AFTER_S = 5.0
 FOLLOW_BLOCK_MS = 2000
+FOLLOW_PAUSE_S = 1.0  # the follower's least wait after a read that failed or was skipped: it must not spin
 _FIELDS = ("kind", "body", "tenant", "model", "created", "expires")
 _PROMPT_FIELDS = (b"ref", b"scope", b"text", b"vector", b"expires")
 
 
 class RedisStore:
-    def __init__(self, url: str, max_bytes: int, prefix: str = "firsttoken:cache:", max_prompts: int = 100_000) -> None:
+    def __init__(self, url: str, max_bytes: int, prefix: str = "firsttoken:cache:", max_prompts: int = 100_000,
+                 policy: GuardPolicy = DEFAULT_POLICY) -> None:
         self.max_bytes = max_bytes
         self.prefix = prefix
         self.max_prompts = max_prompts
         self._stream = f"{prefix}prompts"
         self._last_id = b"$"  # where follow() starts: after what prompts() read, else from now
-        # A cache read must not cost more than the upstream it saves: short timeouts, then a pause.
-        self._redis = redis.Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
-        # Following the stream waits on Redis by design: a client of its own, whose reads may block.
-        self._follower = redis.Redis.from_url(url, socket_timeout=FOLLOW_BLOCK_MS / 1000 + 5,
-                                              socket_connect_timeout=0.5)
+        # A cache read must not cost more than the upstream it saves: a short timeout, then Redis is skipped.
+        self.guard = RedisGuard(url, "edge cache", "lookups miss and writes are dropped", log, policy)
+        self._redis = self.guard.client()
+        # Following the stream waits on Redis by design (and reading it whole at start may take a while): a
+        # client of its own, whose reads may block. Its failures open the same circuit.
+        self._follower = self.guard.client(blocking_s=FOLLOW_BLOCK_MS / 1000 + 1)
         self._put = self._redis.register_script(_PUT)
         self._drop = self._redis.register_script(_DROP)
         self._books = [f"{prefix}written", f"{prefix}sizes", f"{prefix}bytes"]
         self._writes: set[asyncio.Task[None]] = set()
-        self._down_until = 0.0  # after a failed read, requests do not wait on Redis again for a while
 
     def _key(self, key: str) -> str:
         return f"{self.prefix}a:{key}"
 
     async def get(self, key: str, now: float) -> Entry | None:
-        if now < self._down_until:
-            return None
-        try:
-            found = await self._redis.hmget(self._key(key), _FIELDS)
-        except RedisError as exc:  # the cache is an optimisation: a Redis that is down is a miss
-            log.warning("cache read failed: %s; reads skip Redis for %g s", exc, RETRY_AFTER_S)
-            self._down_until = now + RETRY_AFTER_S
+        found = await self.guard.call(partial(self._redis.hmget, self._key(key), _FIELDS))
+        if found is None:  # Redis failed or is skipped: a miss
             return None
         if found[0] is None or float(found[5]) <= now:
             return None
@@ -113,46 +115,57 @@ class RedisStore:
         task.add_done_callback(self._writes.discard)
 
     async def _write(self, key: str, entry: Entry, prompt: PromptRecord | None) -> None:
+        """Dropped, not retried, when Redis fails: the answer is cached the next time it is asked for."""
+        await self.guard.call(partial(self._write_now, key, entry, prompt))
+
+    async def _write_now(self, key: str, entry: Entry, prompt: PromptRecord | None) -> None:
         ttl_ms = max(int((entry.expires - entry.created) * 1000), 1)
-        try:
-            await self._put(keys=[self._key(key), *self._books],
-                            args=[entry.kind, entry.body, entry.tenant, entry.model, entry.created, entry.expires,
-                                  entry.size, ttl_ms, self.max_bytes])
-            if prompt is not None:
-                await self._redis.xadd(self._stream, {"ref": prompt.ref, "scope": prompt.scope, "text": prompt.text,
-                                                      "vector": prompt.vector, "expires": prompt.expires},
-                                       maxlen=self.max_prompts, approximate=True)
-        except RedisError as exc:
-            log.warning("cache write failed: %s", exc)
+        await self._put(keys=[self._key(key), *self._books],
+                        args=[entry.kind, entry.body, entry.tenant, entry.model, entry.created, entry.expires,
+                              entry.size, ttl_ms, self.max_bytes])
+        if prompt is not None:
+            await self._redis.xadd(self._stream, {"ref": prompt.ref, "scope": prompt.scope, "text": prompt.text,
+                                                  "vector": prompt.vector, "expires": prompt.expires},
+                                   maxlen=self.max_prompts, approximate=True)
+
+    async def delete(self, key: str) -> None:
+        """One answer that must not be served again (its prompt in the stream finds it gone, and is dropped
+        from the indexes that look it up)."""
+        await self.guard.call(partial(self._drop, keys=self._books, args=[self._key(key)]))
 
     async def prompts(self, now: float) -> list[PromptRecord]:
         """Every live prompt in the stream, oldest first; `follow()` goes on from the last."""
+        read = await self.guard.call(partial(self._read_prompts, now))
+        if read is None:  # once, at start: the guard's own line says why
+            log.warning("semantic prompts not read from Redis: this gateway's index starts empty")
+            return []
+        found, self._last_id = read
+        return found
+
+    async def _read_prompts(self, now: float) -> tuple[list[PromptRecord], bytes]:
         found: list[PromptRecord] = []
         last = b"0-0"
-        try:
-            while True:
-                page = await self._follower.xrange(self._stream, min=b"(" + last, count=1000)
-                found += [record for _, fields in page if (record := _record(fields)) and record.expires > now]
-                if page:
-                    last = page[-1][0]
-                if len(page) < 1000:
-                    break
-        except RedisError as exc:
-            log.warning("semantic prompts not read from Redis (%s): this gateway's index starts empty", exc)
-            return []
-        self._last_id = last
-        return found
+        while True:
+            page = await self._follower.xrange(self._stream, min=b"(" + last, count=1000)
+            found += [record for _, fields in page if (record := _record(fields)) and record.expires > now]
+            if page:
+                last = page[-1][0]
+            if len(page) < 1000:
+                return found, last
 
     async def follow(self) -> AsyncIterator[PromptRecord]:
         """Prompts that any gateway adds from now on, for as long as it is iterated; Redis going away pauses
-        it, it does not end it."""
+        it (it waits out the circuit's cool-down, at least FOLLOW_PAUSE_S a turn), it does not end it."""
         last = self._last_id
         while True:
-            try:
-                reply = await self._follower.xread({self._stream: last}, count=500, block=FOLLOW_BLOCK_MS)
-            except RedisError as exc:
-                log.warning("following semantic prompts in Redis failed: %s; again in %g s", exc, RETRY_AFTER_S)
-                await asyncio.sleep(RETRY_AFTER_S)
+            reply = None
+            # After an outage, a short command (which may be the probe) says whether Redis is back, before a
+            # read that blocks for seconds.
+            if not self.guard.is_open or await self.guard.call(self._redis.ping) is not None:
+                reply = await self.guard.call(
+                    partial(self._follower.xread, {self._stream: last}, count=500, block=FOLLOW_BLOCK_MS))
+            if reply is None:
+                await asyncio.sleep(max(self.guard.retry_in_s(), FOLLOW_PAUSE_S))
                 continue
             for _, entries in reply:
                 for entry_id, fields in entries:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from firsttoken.cache.entry import Entry, PromptRecord
+from firsttoken.private_files import private_file
 
 log = logging.getLogger("firsttoken.cache")
 
@@ -106,7 +107,7 @@ CREATE TABLE IF NOT EXISTS prompts (
 
 class SqliteStore:
     def __init__(self, path: str | Path, max_bytes: int) -> None:
-        self.path = Path(path)
+        self.path = private_file(path)  # it holds every tenant's answers: 0600, before SQLite makes it 0644
         self.max_bytes = max_bytes
         self._db = _connect(self.path)  # the writer's (and purges')
         # Reads have a connection of their own: in WAL mode a reader never waits for a writer, so a

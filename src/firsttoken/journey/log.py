@@ -16,6 +16,7 @@ from typing import Any
 
 from firsttoken.journey.attribution import Phases, tokens_per_s
 from firsttoken.journey.timeline import Timeline
+from firsttoken.private_files import private_file
 
 # Rows are appended in rowid order and looked up by time, never by id (GET /v1/journeys/{id} reads memory):
 # one index, on a column that only grows, so an insert touches the rightmost pages of two B-trees.
@@ -76,7 +77,7 @@ def row(timeline: Timeline, p: Phases, at: float) -> tuple[Any, ...]:
 
 class JourneyLog:
     def __init__(self, path: str | Path, max_rows: int, max_age_s: float) -> None:
-        self.path = Path(path)
+        self.path = private_file(path)  # every tenant's requests: 0600, before SQLite makes it 0644
         self.max_rows = max_rows
         self.max_age_s = max_age_s
         self.db = connect(self.path)

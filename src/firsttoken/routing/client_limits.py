@@ -4,8 +4,11 @@ OpenAI-format error when exceeded.
 Tokens are estimated when a request arrives (its messages' words, plus the answer's max_tokens) and
 corrected from the answer's usage. The buckets live in this process (routing/ratelimit.py), or in Redis
 when several gateways serve the same keys: there one Lua script refills and charges every bucket of a
-request atomically, on Redis's clock, so replicas cannot overspend a key between them. A Redis that
-cannot be reached lets requests through (with a warning): the limiter must not take the gateway down.
+request atomically, on Redis's clock, so replicas cannot overspend a key between them. The limiter must
+not take the gateway down, nor slow it: every command goes through a RedisGuard (redis_guard.py), with a
+short timeout and a circuit breaker. A Redis that is stopped or frozen lets requests through, uncounted
+(corrections are dropped); once one command has failed, the others skip Redis without touching it until a
+probe finds it back, and the warnings are a line per interval, not one per request.
 """
 
 from __future__ import annotations
@@ -14,14 +17,13 @@ import logging
 import math
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
-
-import redis.asyncio as redis
-from redis.exceptions import RedisError
 
 from firsttoken.config import ClientKey
 from firsttoken.errors import GatewayError
 from firsttoken.journey.timeline import Timeline
+from firsttoken.redis_guard import DEFAULT_POLICY, GuardPolicy, RedisGuard
 from firsttoken.routing.ratelimit import KeyLimits, Refusal
 
 log = logging.getLogger("firsttoken.limits")
@@ -76,10 +78,12 @@ class Charge:
 
 
 class ClientLimits:
-    def __init__(self, keys: list[ClientKey], redis_url: str | None = None, prefix: str = "firsttoken:limits:") -> None:
+    def __init__(self, keys: list[ClientKey], redis_url: str | None = None, prefix: str = "firsttoken:limits:",
+                 policy: GuardPolicy = DEFAULT_POLICY) -> None:
         self._limits = {k.name: KeyLimits(k.rpm, k.tpm) for k in keys if k.rpm is not None or k.tpm is not None}
-        self._redis = (redis.Redis.from_url(redis_url, socket_timeout=0.5, socket_connect_timeout=0.5)
-                       if redis_url and self._limits else None)
+        self.guard = (RedisGuard(redis_url, "rate limits", "requests are let through, uncounted", log, policy)
+                      if redis_url and self._limits else None)
+        self._redis = self.guard.client() if self.guard else None
         self._take = self._redis.register_script(_TAKE) if self._redis else None
         self._settle = self._redis.register_script(_SETTLE) if self._redis else None
         self._prefix = prefix
@@ -107,12 +111,10 @@ class ClientLimits:
         if self._redis is None:
             limits.settle(charge.key, charge.tokens, used, time.monotonic())
         elif limits.tpm is not None and used != charge.tokens:
-            try:
-                assert self._settle is not None
-                await self._settle(keys=[self._bucket(charge.key, "tokens")],
-                                   args=[limits.tpm, charge.tokens - used])
-            except RedisError as exc:
-                log.warning("rate limit correction for %s not written: %s", charge.key, exc)
+            assert self.guard is not None and self._settle is not None
+            # A correction Redis misses is dropped: the bucket refills within a minute anyway.
+            await self.guard.call(partial(self._settle, keys=[self._bucket(charge.key, "tokens")],
+                                          args=[limits.tpm, charge.tokens - used]))
 
     async def _take_shared(self, key: str, limits: KeyLimits, tokens: int) -> Refusal | None:
         checks = [(limit, allowed, cost) for limit, allowed, cost in
@@ -120,13 +122,10 @@ class ClientLimits:
         args: list[int] = []
         for _, allowed, cost in checks:
             args += [allowed, cost]
-        try:
-            assert self._take is not None
-            reply = await self._take(keys=[self._bucket(key, limit) for limit, _, _ in checks], args=args)
-        except RedisError as exc:
-            log.warning("rate limits in Redis unavailable (%s); %s's request let through", exc, key)
-            return None
-        if reply[0] == b"0":
+        assert self.guard is not None and self._take is not None
+        reply = await self.guard.call(partial(self._take, keys=[self._bucket(key, limit) for limit, _, _ in checks],
+                                              args=args))
+        if reply is None or reply[0] == b"0":  # charged; or Redis failed or is skipped: let through
             return None
         limit, allowed, _ = checks[int(reply[1]) - 1]
         return Refusal(limit, allowed, float(reply[0]))

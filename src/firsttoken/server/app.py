@@ -114,6 +114,7 @@ class Gateway:
         self.keys = ClientKeys(settings.keys)
         self.client_limits = ClientLimits(settings.keys, settings.limits.redis)
         self.max_body = settings.limits.max_body_bytes
+        self.body_limits = settings.limits  # depth, messages, string sizes: checked as a body is parsed
         self.heartbeat_s = settings.streaming.heartbeat_s
         # Paths with and without the /v1 prefix: some clients are configured with a bare base URL.
         self.routes: dict[str, dict[str, Handler]] = {}
@@ -226,7 +227,7 @@ class Gateway:
     async def chat_completions(self, scope: Scope, receive: Receive, send: Send, base: Headers,
                                timeline: Timeline) -> None:
         self._record(scope, timeline)
-        body = validate.parse_json_object(await read_body(scope, receive, self.max_body))
+        body = validate.parse_json_object(await read_body(scope, receive, self.max_body), self.body_limits)
         model, stream = validate.chat_request(body)
         timeline.model, timeline.stream = model, stream
         if self.task_router is not None and model == self.task_router.settings.alias:
@@ -268,18 +269,17 @@ class Gateway:
                     self.upstreams, self.alarms, self.router, ordered, build,
                     lambda link, data: link.adapter.chat_response(data), send, base, timeline, keep), self.alarms)
 
-        lookup = None
-        if self.cache is not None:
+        cache, lookup = self.cache, None
+        if cache is not None:
             looked_up = perf_counter()
-            lookup = await self.cache.lookup(scope["headers"], timeline.tenant, model, [t.label for t in targets],
-                                             body)
+            lookup = await cache.lookup(scope["headers"], timeline.tenant, model, [t.label for t in targets], body)
             timeline.cache_ms = (perf_counter() - looked_up) * 1000.0
-        if lookup is None:
+        if cache is None or lookup is None:
             await forward()
             return
         if lookup.hit is not None:
             route, header = lookup.hit.model, lookup.header
-            answer = await self.cache.replay(lookup, stream, wants_usage)  # None: dropped, and a miss
+            answer = await cache.replay(lookup, stream, wants_usage)  # None: dropped, and a miss
             if answer is not None:
                 await send_cached(send, base, timeline, answer, route, stream, header)
                 return
@@ -318,7 +318,7 @@ class Gateway:
                          timeline: Timeline) -> None:
         self._record(scope, timeline)
         timeline.operation = "embeddings"
-        body = validate.parse_json_object(await read_body(scope, receive, self.max_body))
+        body = validate.parse_json_object(await read_body(scope, receive, self.max_body), self.body_limits)
         timeline.model = validate.embeddings_request(body)
         targets = self.resolver.resolve(timeline.model)
         await self._limited(scope, timeline, body, False,
