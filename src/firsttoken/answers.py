@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import orjson
 
-from firsttoken.sse import data_field
+from firsttoken.sse import data_field, event_name
 
 _TOKEN_FIELDS = ("content", "reasoning_content", "reasoning", "tool_calls", "refusal", "function_call")
 _MESSAGE_FIELDS = ("content", "tool_calls", "function_call", "refusal")
@@ -88,11 +88,16 @@ def whole_answer_gap(body: bytes) -> str | None:
 
 def stream_gap(events: Iterable[bytes]) -> str | None:
     """Why a stream's events (each without its blank line; pieces may hold several) are not a complete
-    answer, or None when they are: every event parsed, one carried content or a tool call, one a finish
-    reason, and none was an error. Whether it closed with [DONE] is the relay's to know."""
-    said = finished = False
+    answer, or None when they are: every event parsed, one carried content or a tool call, every choice
+    that appeared got a finish reason, and none was an error. Whether it closed with [DONE] is the
+    relay's to know."""
+    said = False
+    choices: set[Any] = set()
+    finished: set[Any] = set()
     for piece in events:
         for event in piece.split(b"\n\n"):
+            if event_name(event) == b"error":
+                return "an error event"
             payload = data_field(event)
             if payload is None:  # a comment, or a blank
                 continue
@@ -105,11 +110,16 @@ def stream_gap(events: Iterable[bytes]) -> str | None:
             if "error" in chunk:
                 return "an error event"
             said = said or is_token_bearing(chunk)
-            choices = chunk.get("choices") or ()
-            finished = finished or any(isinstance(c, dict) and c.get("finish_reason") for c in choices)
+            for choice in chunk.get("choices") or ():
+                if isinstance(choice, dict):
+                    choices.add(choice.get("index", 0))
+                    if choice.get("finish_reason"):
+                        finished.add(choice.get("index", 0))
     if not said:
         return "no content or tool call"
-    return None if finished else "no finish reason"
+    if not finished:
+        return "no finish reason"
+    return None if choices <= finished else "a choice without a finish reason"
 
 
 def answer_gap(kind: Literal["json", "sse"], answer: bytes) -> str | None:

@@ -32,21 +32,22 @@ from firsttoken.answers import is_token_bearing
 from firsttoken.errors import GatewayError
 from firsttoken.journey.timeline import Timeline
 from firsttoken.redact import Redactor
-from firsttoken.sse import DONE, EventSplitter, data_field, error_event
+from firsttoken.sse import DONE, EventSplitter, data_field, error_event, event_name, is_event
 from firsttoken.upstream.adapter import StreamTranslator
 
 log = logging.getLogger("firsttoken.relay")
 
 Write = Callable[[bytes, bool], Awaitable[None]]  # (data, last): the last write ends the response
 
-_ERROR_EVENTS = (b'data: {"error"', b'data:{"error"')
-# Reads holding one of these take the per-event path: the end, usage, errors.
-_SPECIAL_MARKERS = (b"[DONE]", b'"usage":{', b'"usage": {', b'{"error"')
+# Reads holding one of these take the per-event path: the end, usage, errors (an object's "error" key, or a
+# named SSE event). In a chunk's text a quote is escaped, so `"error"` there is always JSON, never words.
+_SPECIAL_MARKERS = (b"[DONE]", b'"usage":{', b'"usage": {', b'"error"', b"event:")
+_DONE = b"[DONE]"
 # A chunk with an empty delta (the finish chunk) carries no token, so it is not counted as one: the last
 # token's time is the decode's end.
 _EMPTY_DELTA, _EMPTY_DELTA_SPACED = b'"delta":{}', b'"delta": {}'
-# A finish reason given (not null): the answer ended, rather than being cut short.
-_FINISHED = re.compile(rb'"finish_reason"\s*:\s*"')
+# A finish reason given (not null, not empty): the answer ended, rather than being cut short.
+_FINISHED = re.compile(rb'"finish_reason"\s*:\s*"[^"]')
 BROKEN = "upstream_stream_broken"  # the code of the error event that ends a stream which broke or was cut
 
 @dataclass(slots=True)
@@ -141,8 +142,11 @@ class Relay:
         return done
 
     def _handle_all(self, events: list[bytes]) -> bool:
-        if self.redactor is not None:  # whole events, so that a key cut across two reads is still found
-            events = [self.redactor.bytes(event) for event in events]
+        if self.redactor is not None and events:  # whole events, so that a key cut across two reads is found
+            joined = b"\n\n".join(events)
+            cleaned = self.redactor.bytes(joined)
+            if cleaned is not joined:
+                events = cleaned.split(b"\n\n")
         if self.translator is None and self.timeline.first_token and events:
             # The common read of a stream under way holds only content chunks: one scan of the
             # whole read tells, and the read goes out as it came, with no work per event.
@@ -175,7 +179,7 @@ class Relay:
     def _handle(self, event: bytes) -> bool:
         """One OpenAI-format event (without its blank line). True when it ended the stream."""
         timeline = self.timeline
-        if event == b"data: [DONE]" or event == b"data:[DONE]":
+        if _DONE in event and (data_field(event) or b"").startswith(_DONE):  # the end, as the SDKs read it
             if self.result.error is None and not self.result.finished:  # [DONE], but the answer never ended
                 self._broken(f"upstream {self.upstream} ended the stream without a finish reason; the answer may "
                              f"be cut short", BROKEN)
@@ -184,22 +188,25 @@ class Relay:
             return True
         if not self.result.finished and _FINISHED.search(event):
             self.result.finished = True
+        if b"event:" in event and event_name(event) == b"error":
+            event = _as_error_event(event)  # clients of chat completions read an error only in this shape
         if not timeline.first_token:  # parsed until the first token: that much is cheap
             payload = data_field(event)
-            if payload is not None:
-                chunk = _loads(payload)
-                if not isinstance(chunk, dict):  # garbage: no client could parse it, so it ends the stream
-                    self._broken(f"upstream {self.upstream} sent an event that is not a JSON object "
-                                 f"({payload[:60].decode('utf-8', 'replace')!r}) before any token", BROKEN)
-                    self._close()
-                    return True
+            chunk = _loads(payload) if payload is not None else None
+            if not isinstance(chunk, dict) and (payload is not None or not is_event(event)):
+                # garbage (not JSON, not SSE at all): no client could parse it, so it ends the stream
+                self._broken(f"upstream {self.upstream} sent something that is not a stream of JSON events "
+                             f"({(payload or event)[:60].decode('utf-8', 'replace')!r}) before any token", BROKEN)
+                self._close()
+                return True
+            if chunk is not None:
                 if "error" in chunk:
                     self._note_error(chunk)
                 elif is_token_bearing(chunk):
                     timeline.first_token = self._read_at
                     if self.on_first_token is not None:
                         self.on_first_token()
-        elif event.startswith(_ERROR_EVENTS):  # an error event is an object whose first key is "error"
+        elif b'"error"' in event:  # an error object, whichever key comes first
             chunk = _loads(data_field(event) or b"")
             if isinstance(chunk, dict) and "error" in chunk:
                 self._note_error(chunk)
@@ -222,7 +229,8 @@ class Relay:
 
     def _note_error(self, chunk: dict[str, Any]) -> None:
         error = chunk.get("error")
-        self.result.error = str(error.get("message") if isinstance(error, dict) else error)
+        message = str(error.get("message") if isinstance(error, dict) else error)
+        self.result.error = self.redactor.text(message) if self.redactor is not None else message
         self.result.refused = isinstance(error, dict) and error.get("type") == "invalid_request_error"
         code = error.get("code") if isinstance(error, dict) else None
         self.timeline.failed(str(code or "upstream_error"), self.result.error)
@@ -268,6 +276,20 @@ class Relay:
         self._done = True
         self._stamp_tokens()  # the closing comment's decode counts the read that ended the stream
         self._out += (self.timeline.closing_comment()[:-2], DONE[:-2])
+
+
+def _as_error_event(event: bytes) -> bytes:
+    """An `event: error` (a named SSE event, as some servers send) as OpenAI's in-stream error event."""
+    payload = data_field(event) or b""
+    body = _loads(payload)
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        error = body["error"]
+    else:
+        text = body.get("message") if isinstance(body, dict) else None
+        error = {"message": str(text or payload.decode("utf-8", "replace") or "the upstream sent an error event"),
+                 "type": "upstream_error", "param": None,
+                 "code": body.get("code") if isinstance(body, dict) else None}
+    return error_event({"error": error})[:-2]
 
 
 def _loads(payload: bytes) -> Any:

@@ -54,6 +54,26 @@ def data_field(event: bytes) -> bytes | None:
     return b"\n".join(parts) if parts else None
 
 
+_FIELDS = (b"data", b"event", b"id", b"retry")
+
+
+def is_event(event: bytes) -> bool:
+    """Whether every line of an event is an SSE field or a comment: bytes of anything else (a compressed
+    body, an HTML page) are not a stream, whatever the content type said."""
+    for line in event.split(b"\n"):
+        if line and not line.startswith(b":") and line.partition(b":")[0] not in _FIELDS:
+            return False
+    return True
+
+
+def event_name(event: bytes) -> bytes | None:
+    """The event's `event:` field, when it has one (OpenAI's chat chunks never do)."""
+    for line in event.split(b"\n"):
+        if line.startswith(b"event:"):
+            return line[6:].strip()
+    return None
+
+
 def data_event(payload: Any) -> bytes:
     return b"data: " + orjson.dumps(payload) + b"\n\n"
 

@@ -6,6 +6,7 @@ a whole answer's body is bounded between chunks and in total, not by one deadlin
 from __future__ import annotations
 
 import itertools
+import json
 import sqlite3
 import time
 
@@ -19,14 +20,17 @@ from support.faulty_answers import UPSTREAM_KEY
 from support.gateway_process import GatewayProcess
 
 BROKEN_WHOLE = ["not-json", "html", "cut-json"]
-BROKEN_STREAMS = ["garbage-stream", "empty-stream", "no-done", "cut-stream", "no-finish"]
+BROKEN_STREAMS = ["garbage-stream", "empty-stream", "no-done", "cut-stream", "no-finish", "done-with-id",
+                  "empty-finish"]
+KEY_LEAKS = ["key-in-stream", "key-in-answer", "key-escaped", "key-urlencoded"]
 QUESTION = itertools.count()
 
 
 @pytest.fixture(scope="module")
 def gateway(upstream, tmp_path_factory):
-    faulty = {name: [f"fake/{name}"] for name in [*BROKEN_WHOLE, *BROKEN_STREAMS, "whole-for-stream",
-                                                   "key-in-stream", "key-in-headers", "drip-400"]}
+    faulty = {name: [f"fake/{name}"] for name in [*BROKEN_WHOLE, *BROKEN_STREAMS, *KEY_LEAKS, "whole-for-stream",
+                                                   "key-in-headers", "drip-400", "event-error", "error-not-first",
+                                                   "two-choices-one-cut", "gzip-stream"]}
     settings = {"upstreams": {"fake": {"url": upstream.url, "key": UPSTREAM_KEY,
                                        "timeouts": {"first_byte": 5.0, "idle": 1.0}},
                               "short": {"url": upstream.url, "key": UPSTREAM_KEY, "pool": {"warm": 0},
@@ -61,8 +65,9 @@ def streamed(gateway: GatewayProcess, model: str, messages: list[dict]) -> tuple
 
 
 def error_events(lines: list[str]) -> list[dict]:
-    import json
-    return [json.loads(line[6:])["error"] for line in lines if line.startswith('data: {"error"')]
+    """The error objects among the stream's events, as a client reads them (whichever key comes first)."""
+    events = [json.loads(line[6:]) for line in lines if line.startswith("data: {")]
+    return [event["error"] for event in events if "error" in event]
 
 
 @pytest.mark.parametrize("model", BROKEN_WHOLE)
@@ -111,15 +116,63 @@ def test_a_whole_answer_to_a_stream_request_goes_out_as_a_stream_and_is_kept(gat
     assert upstream.stats.by_model["whole-for-stream"] == seen
 
 
-def test_an_upstream_key_quoted_in_a_stream_reaches_no_client_journey_or_log(gateway) -> None:
-    response, lines = streamed(gateway, "key-in-stream", question())
-    [error] = error_events(lines)
-    assert "[redacted]" in error["message"]
-    journey = httpx.get(f"{gateway.url}/v1/journeys/{response.headers['x-request-id']}",
-                        headers={"authorization": f"Bearer {CLIENT_KEY}"}).json()
-    assert "[redacted]" in journey["error"]["message"]
-    for text in ("\n".join(lines), str(journey), gateway.log()):
-        assert UPSTREAM_KEY[:10] not in text
+@pytest.mark.parametrize("model", KEY_LEAKS)
+def test_an_upstream_key_quoted_anywhere_reaches_no_client_cache_journey_or_log(gateway, model) -> None:
+    """Quoted plain, in JSON escapes or %-encoded; in an error, an error event or an answer; asked whole
+    or streamed, and again (a cache hit, where the answer was kept)."""
+    messages = question()
+    seen = []
+    for _ in range(2):
+        for stream in (True, False):
+            if stream:
+                response, lines = streamed(gateway, model, messages)
+                text = "\n".join(lines)
+            else:
+                response = whole(gateway, model, messages)
+                text = response.text
+            seen.append(text)
+            journey = httpx.get(f"{gateway.url}/v1/journeys/{response.headers['x-request-id']}",
+                                headers={"authorization": f"Bearer {CLIENT_KEY}"}).json()
+            seen.append(json.dumps(journey))
+    time.sleep(0.6)  # the journey log's writer
+    with sqlite3.connect(gateway.workdir / "firsttoken-journeys.db") as db:
+        seen.append(json.dumps(db.execute("SELECT * FROM journeys").fetchall()))
+    with sqlite3.connect(gateway.workdir / "cache.db") as db:
+        seen.append(repr(db.execute("SELECT body FROM answers").fetchall()))
+    seen.append(gateway.log())
+    assert "[redacted]" in "".join(seen)  # the key came, and went
+    for text in seen:  # decoded, so that no spelling of the key hides it
+        assert UPSTREAM_KEY[:10] not in text and UPSTREAM_KEY[:10] not in _decoded(text)
+
+
+def _decoded(text: str) -> str:
+    from urllib.parse import unquote
+    return unquote(text.encode().decode("unicode_escape", "replace"))
+
+
+def test_named_error_events_and_error_objects_are_errors(gateway) -> None:
+    for model, code in (("event-error", None), ("error-not-first", "crashed")):
+        messages = question()
+        with pytest.raises(openai.APIError):  # an error the SDK recognises, not a crash parsing it
+            for _chunk in client(gateway).chat.completions.create(model=model, messages=messages, stream=True):
+                pass
+        response, lines = streamed(gateway, model, messages)
+        assert response.headers["x-firsttoken-cache"] == "miss" and len(error_events(lines)) == 1
+        journey = httpx.get(f"{gateway.url}/v1/journeys/{response.headers['x-request-id']}",
+                            headers={"authorization": f"Bearer {CLIENT_KEY}"}).json()
+        assert journey["error"] is not None and (code is None or journey["error"]["code"] == code)
+
+
+def test_a_stream_with_a_choice_left_unfinished_is_not_kept(gateway) -> None:
+    messages = question()
+    for _ in range(2):
+        response, lines = streamed(gateway, "two-choices-one-cut", messages)
+        assert response.headers["x-firsttoken-cache"] == "miss"
+
+
+def test_a_stream_compressed_against_our_asking_arrives_as_text(gateway) -> None:
+    chunks = list(client(gateway).chat.completions.create(model="gzip-stream", messages=question(), stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "squeezed"
 
 
 def test_an_upstream_key_in_a_refusal_and_its_headers_is_redacted(gateway) -> None:

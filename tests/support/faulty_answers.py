@@ -1,4 +1,4 @@
-"""Answers that are broken on purpose, for the test upstream: each model name here answers a chat request
+r"""Answers that are broken on purpose, for the test upstream: each model name here answers a chat request
 (streamed or not) the way a misbehaving server or network does.
 
   not-json          200, text/plain that is not JSON (also to stream requests)
@@ -12,12 +12,22 @@
   no-finish         a stream with tokens and [DONE], but no finish reason
   key-in-stream     a stream with a token, then an error event quoting the key it was sent, then [DONE]
   key-in-headers    429 whose rate-limit header and body quote the key (a prefix of it, in the body)
+  key-in-answer     a whole answer whose text quotes the key and the Authorization header it got
+  key-escaped       400 quoting the key in JSON escapes (\u002d for "-", \/ for "/"), also in-stream after a token
+  key-urlencoded    400 quoting the key %-encoded, in a URL
+  done-with-id      a stream with tokens, no finish reason, and a [DONE] event that also has an id: line
+  empty-finish      a stream whose finish reason is ""
+  event-error       a stream with tokens and a finish reason, then a named `event: error`, then [DONE]
+  error-not-first   a stream with a token, then an error object whose first key is not "error"
+  two-choices-one-cut  n=2: choice 0 finishes, choice 1 never does
+  gzip-stream       a whole, valid stream, gzip-compressed although identity was asked for
   drip-<ms>         a whole answer whose body comes a piece every <ms> (six pieces)
 """
 
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -104,6 +114,63 @@ async def key_in_headers(request: web.Request, model: str) -> web.StreamResponse
                                                         "x-ratelimit-key": f"{UPSTREAM_KEY}; remaining=0"})
 
 
+async def key_in_answer(request: web.Request, model: str) -> web.StreamResponse:
+    return web.json_response(completion(model, f"your key is {UPSTREAM_KEY}; you sent "
+                                               f"{request.headers.get('Authorization')}"))
+
+
+def _escaped(text: str) -> str:
+    """JSON text of `text` with every "-" written \u002d: the same string, spelled otherwise."""
+    return json.dumps(text).replace("-", "\\u002d")
+
+
+async def key_escaped(request: web.Request, model: str) -> web.StreamResponse:
+    message = _escaped(f"Incorrect API key provided: {UPSTREAM_KEY}")
+    error = f'{{"error": {{"message": {message}, "type": "invalid_request_error", "param": null, "code": null}}}}'
+    if (await request.json()).get("stream"):
+        return await _stream(request, TOKENS + b"data: " + error.encode() + b"\n\n" + DONE)
+    return web.Response(text=error, status=400, content_type="application/json")
+
+
+async def key_urlencoded(request: web.Request, model: str) -> web.StreamResponse:
+    encoded = "".join(f"%{byte:02X}" for byte in UPSTREAM_KEY.encode())
+    return web.json_response({"error": {"message": f"see https://provider.example/keys?k={encoded}",
+                                        "type": "invalid_request_error", "param": None, "code": None}}, status=400)
+
+
+async def done_with_id(request: web.Request, model: str) -> web.StreamResponse:
+    return await _stream(request, TOKENS + b"id: 9\ndata: [DONE]\n\n")
+
+
+async def empty_finish(request: web.Request, model: str) -> web.StreamResponse:
+    return await _stream(request, TOKENS + chunk({}, "") + DONE)
+
+
+async def event_error(request: web.Request, model: str) -> web.StreamResponse:
+    return await _stream(request, TOKENS + chunk({}, "stop") + b'event: error\ndata: {"message": "overloaded"}\n\n'
+                         + DONE)
+
+
+async def error_not_first(request: web.Request, model: str) -> web.StreamResponse:
+    error = {"id": "x", "error": {"message": "the model crashed", "type": "server_error", "code": "crashed"}}
+    return await _stream(request, TOKENS + b"data: " + json.dumps(error).encode() + b"\n\n" + DONE)
+
+
+async def two_choices_one_cut(request: web.Request, model: str) -> web.StreamResponse:
+    def of(index: int, delta: dict[str, Any], finish: str | None = None) -> bytes:
+        payload = {"id": "chatcmpl-faulty", "object": "chat.completion.chunk", "created": 1, "model": model,
+                   "choices": [{"index": index, "delta": delta, "finish_reason": finish}]}
+        return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+    return await _stream(request, of(0, {"content": "A"}) + of(1, {"content": "B"}) + of(0, {}, "stop") + DONE)
+
+
+async def gzip_stream(request: web.Request, model: str) -> web.StreamResponse:
+    whole = chunk({"role": "assistant", "content": ""}) + chunk({"content": "squeezed"}) + chunk({}, "stop") + DONE
+    return web.Response(body=gzip.compress(whole), headers={"Content-Type": "text/event-stream",
+                                                           "Content-Encoding": "gzip"})
+
+
 async def drip(request: web.Request, model: str) -> web.StreamResponse:
     """The whole answer, a sixth at a time."""
     pause = int(model.split("-")[1]) / 1000
@@ -123,6 +190,9 @@ FAULTS: dict[str, Fault] = {
     "not-json": not_json, "html": html, "cut-json": cut_json, "whole-for-stream": whole_for_stream,
     "garbage-stream": garbage_stream, "empty-stream": empty_stream, "no-done": no_done, "cut-stream": cut_stream,
     "no-finish": no_finish, "key-in-stream": key_in_stream, "key-in-headers": key_in_headers,
+    "key-in-answer": key_in_answer, "key-escaped": key_escaped, "key-urlencoded": key_urlencoded,
+    "done-with-id": done_with_id, "empty-finish": empty_finish, "event-error": event_error,
+    "error-not-first": error_not_first, "two-choices-one-cut": two_choices_one_cut, "gzip-stream": gzip_stream,
 }
 
 

@@ -105,6 +105,9 @@ def build_app(stats: Stats) -> web.Application:
         # Azure names the model in the URL (the deployment), not in the body
         model = request.match_info.get("deployment") or body["model"]
         stats.by_model[model] += 1
+        broken = fault(model)
+        if broken is not None:
+            return await broken(request, model)
         if model.startswith("error-"):
             status = int(model.split("-")[1])
             headers = {"Retry-After": "7", "x-ratelimit-remaining-requests": "0"} if status == 429 else {}
@@ -113,9 +116,6 @@ def build_app(stats: Stats) -> web.Application:
                                                          else "invalid_request_error"),
                                                 "param": "messages" if status == 400 else None,
                                                 "code": f"synthetic_{status}"}}, status=status, headers=headers)
-        broken = fault(model)
-        if broken is not None:
-            return await broken(request, model)
         if model == "redirect":
             raise web.HTTPTemporaryRedirect("http://127.0.0.1:9/v1/chat/completions")
         if model == "hang":

@@ -44,3 +44,20 @@ def test_a_stream_is_complete_with_content_and_a_finish_reason() -> None:
     assert stream_gap([token, b'data: {"error": {"message": "x"}}', finish]) == "an error event"
     assert answer_gap("sse", b"\n\n".join([token, finish]) + b"\n\n") is None
     assert answer_gap("json", b"not json").startswith("not JSON")
+
+
+def test_every_choice_of_a_stream_must_finish() -> None:
+    def of(index: int, delta: dict, finish: str | None = None) -> bytes:
+        return b"data: " + json.dumps({"choices": [{"index": index, "delta": delta,
+                                                    "finish_reason": finish}]}).encode()
+
+    both = [of(0, {"content": "A"}), of(1, {"content": "B"}), of(0, {}, "stop"), of(1, {}, "stop")]
+    assert stream_gap(both) is None
+    assert stream_gap(both[:3]) == "a choice without a finish reason"
+    assert stream_gap([of(0, {"content": "A"}), of(0, {}, "")]) == "no finish reason"  # empty is none
+
+
+def test_a_named_error_event_is_an_error() -> None:
+    finish = event({}, "stop")
+    assert stream_gap([event({"content": "Hi"}), finish, b'event: error\ndata: {"message": "overloaded"}']) == \
+        "an error event"

@@ -52,3 +52,19 @@ def test_the_settings_name_every_credential_they_hold() -> None:
         "limits": {"redis": "redis://:redis-password-1@127.0.0.1:6379/0"}})
     assert set(settings.secrets()) == {"url-password-123", "query-secret-456", "upstream-key-789",
                                        "header-token-000", "client-key-1234", "redis-password-1"}
+
+
+@pytest.mark.parametrize("spelled", [
+    KEY.replace("-", "\\u002d"),  # JSON may write any character as an escape
+    KEY.replace("p", "\\u0070").replace("B", "\\u0042"),
+    "".join(f"%{b:02x}" for b in KEY.encode()),  # %-encoded, in a URL
+    KEY[:12].replace("-", "%2D") + "…",
+])
+def test_an_escaped_key_is_found_in_every_spelling(spelled: str) -> None:
+    cleaned = Redactor([KEY]).text(f'{{"message": "bad key {spelled} given"}}')
+    assert cleaned == f'{{"message": "bad key {REDACTED}{"…" if spelled.endswith("…") else ""} given"}}'
+
+
+def test_a_slash_escaped_as_json_allows_is_found() -> None:
+    key = "base64/like+key/0123456789abcdef"
+    assert Redactor([key]).text(key.replace("/", "\\/")) == REDACTED

@@ -109,8 +109,8 @@ def test_splitter_and_relay_agree_on_event_bodies() -> None:
 
 
 def error_events(written: list[bytes]) -> list[dict]:
-    events = b"".join(written).split(b"\n\n")
-    return [json.loads(e[6:])["error"] for e in events if e.startswith(b'data: {"error"')]
+    events = [json.loads(e[6:]) for e in b"".join(written).split(b"\n\n") if e.startswith(b"data: {")]
+    return [event["error"] for event in events if "error" in event]
 
 
 async def test_a_stream_closed_without_done_says_it_was_cut() -> None:
@@ -149,3 +149,31 @@ async def test_a_key_quoted_in_an_error_event_never_reaches_the_client(quoted: s
     sent = b"".join(written)
     assert KEY[:10].encode() not in sent and b"[redacted]" in sent
     assert KEY[:10] not in (r.result.error or "") and KEY[:10] not in r.timeline.error
+
+
+@pytest.mark.parametrize("done", [b"id: 9\ndata: [DONE]\n\n", b"data: [DONE] \n\n", b"data:[DONE]\n\n"])
+async def test_done_however_written_is_the_end(done: bytes) -> None:
+    """A client ends its stream at any data that begins with [DONE]: the relay must see the end there too,
+    or the error event that says the answer was cut would come after the client stopped reading."""
+    written, r = await relay([chunk({"content": "a"}), done], strip_usage=True)
+    sent = b"".join(written)
+    assert sent.count(b"[DONE]") == 1 and sent.endswith(b"data: [DONE]\n\n")
+    assert [e["code"] for e in error_events(written)] == [BROKEN]  # no finish reason came
+
+
+async def test_an_empty_finish_reason_is_none() -> None:
+    written, r = await relay([chunk({"content": "a"}), chunk({}, finish="") + b"data: [DONE]\n\n"], strip_usage=True)
+    assert not r.result.clean and len(error_events(written)) == 1
+
+
+async def test_a_named_error_event_becomes_openais_error_event() -> None:
+    reads = [chunk({"content": "a"}), FINISH, b'event: error\ndata: {"message": "overloaded"}\n\n', b"data: [DONE]\n\n"]
+    written, r = await relay(reads, strip_usage=True)
+    assert [e["message"] for e in error_events(written)] == ["overloaded"] and not r.result.clean
+    assert b"event: error" not in b"".join(written)
+
+
+async def test_bytes_that_are_not_events_end_the_stream_before_any_token() -> None:
+    written, r = await relay([b"\x1f\x8b\x08\x00binary\n\n", chunk({"content": "a"})], strip_usage=True)
+    sent = b"".join(written)
+    assert b"\x1f\x8b" not in sent and [e["code"] for e in error_events(written)] == [BROKEN]

@@ -314,8 +314,8 @@ async def _fetch(upstreams: Upstreams, alarms: Alarms, target: Target, build: Bu
     response.release()
     if response.status >= 300:
         return _refusal(link, response, data)
-    try:
-        return Fetched(link, response, translate(link, data))
+    try:  # an answer may quote the key too (an upstream echoing its request, a debugging proxy)
+        return Fetched(link, response, translate(link, link.adapter.scrub(data)))
     except GatewayError as error:  # a 200 that is not an answer
         return error
 
@@ -527,7 +527,7 @@ class StreamForwarder:
         chunks a stream of it would have carried; anything else (a page, an error) is the target's failure,
         a 502 while nothing has reached the client, and the next target may try."""
         try:
-            answer = link.adapter.chat_response(data)
+            answer = link.adapter.chat_response(link.adapter.scrub(data))
         except GatewayError as error:
             return error
         headers = passthrough_headers(link, response)

@@ -81,7 +81,13 @@ class Adapter:
         raise NotImplementedError
 
     def error(self, status: int, body: bytes) -> GatewayError:
-        return upstream_status_error(status, self.scrub(body), self.name)
+        """The upstream's refusal in OpenAI's shape, without our credentials: its body scrubbed as sent, and
+        its message again once decoded (JSON may have spelled the key in escapes)."""
+        error = upstream_status_error(status, self.scrub(body), self.name)
+        error.message, error.type = self.redactor.text(error.message), self.redactor.text(error.type)
+        error.param, error.code = (self.redactor.text(x) if isinstance(x, str) else x
+                                   for x in (error.param, error.code))
+        return error
 
     def scrub(self, data: bytes) -> bytes:
         """Remove the credentials we send (or a long prefix of one) from anything the upstream says back:

@@ -62,7 +62,9 @@ class WarmPool:
             # reused; the request's own deadline (alarms.py) bounds the wait for a free connection.
             timeout=aiohttp.ClientTimeout(total=None, connect=None, sock_connect=self.settings.timeouts.connect,
                                           sock_read=None),
-            auto_decompress=False,  # bytes pass through as the upstream sent them
+            # We ask for identity. An upstream that compresses anyway is decoded: our own response never
+            # carries its Content-Encoding, so passing its bytes on would hand the client gzip as text.
+            auto_decompress=True,
             skip_auto_headers=("User-Agent",),
         )
         self._refresher = asyncio.create_task(self._keep_warm(), name=f"warm:{self.name}")
