@@ -6,6 +6,7 @@ starts with a silently ignored typo is worse than one that refuses to start.
 
 from __future__ import annotations
 
+import base64
 import importlib.util
 import ipaddress
 import os
@@ -13,6 +14,7 @@ import re
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import unquote
 
 import yaml
 from pydantic import (
@@ -115,7 +117,9 @@ class Upstream(_Strict):
     def secrets(self) -> list[str]:
         """The credentials sent to this upstream: its key, auth-like headers, any in its URL."""
         found = [self.key.get_secret_value()] if self.key is not None else []
-        found += [value for name, value in self.headers.items() if _CREDENTIAL_HEADER.search(name)]
+        for name, value in self.headers.items():
+            if _CREDENTIAL_HEADER.search(name):  # the value, and its token without a scheme ("Bearer …")
+                found += [value, *(part for part in value.split() if part.lower() not in _AUTH_SCHEMES)]
         return found + _url_secrets(self.url)
 
 
@@ -371,13 +375,18 @@ class Settings(_Strict):
         return found
 
 
+_AUTH_SCHEMES = frozenset({"bearer", "basic", "token", "negotiate", "digest", "apikey"})
 _CREDENTIAL_HEADER = re.compile(r"auth|key|token|secret|cookie|password", re.IGNORECASE)
 
 
 def _url_secrets(url: str) -> list[str]:
-    """The password in a URL's user info (redis://:pw@host) and credentials in its query (?key=…)."""
+    """The password in a URL's user info (redis://:pw@host), with the Basic credential an HTTP client
+    makes of the user info (an upstream may echo that header), and credentials in its query (?key=…)."""
     match = re.match(r"^[a-z]+://([^/@]*)@", url)
-    found = [match.group(1).rpartition(":")[2]] if match else []
+    found = []
+    if match:
+        user_info = unquote(match.group(1))
+        found += [user_info.rpartition(":")[2], base64.b64encode(user_info.encode()).decode()]
     return found + re.findall(r"[?&][\w-]*(?:auth|key|token|secret|password)[\w-]*=([^&#]+)", url, re.IGNORECASE)
 
 

@@ -28,11 +28,12 @@ class EventSplitter:
             self._after_cr = False
             if data.startswith(b"\n"):
                 data = data[1:]
-        if b"\r" in data:  # CRLF or CR line endings: rare, so normalise only when seen
+        # find, not `in`: on CPython 3.11 `in` on bytes costs a discarded TypeError each (see relay.py)
+        if data.find(b"\r") >= 0:  # CRLF or CR line endings: rare, so normalise only when seen
             self._after_cr = data.endswith(b"\r")
             data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         buffer = self._buffer + data if self._buffer else data
-        if b"\n\n" not in buffer:
+        if buffer.find(b"\n\n") < 0:
             self._buffer = buffer
             return []
         *events, self._buffer = buffer.split(b"\n\n")
@@ -46,7 +47,7 @@ class EventSplitter:
 
 def data_field(event: bytes) -> bytes | None:
     """The payload of an event's `data:` line(s), or None for comments and data-less events."""
-    if b"\n" not in event:  # the common case: one line
+    if event.find(b"\n") < 0:  # the common case: one line
         if not event.startswith(b"data:"):
             return None
         return event[6:] if event.startswith(b"data: ") else event[5:]

@@ -22,19 +22,26 @@ from support.gateway_process import GatewayProcess
 BROKEN_WHOLE = ["not-json", "html", "cut-json"]
 BROKEN_STREAMS = ["garbage-stream", "empty-stream", "no-done", "cut-stream", "no-finish", "done-with-id",
                   "empty-finish"]
-KEY_LEAKS = ["key-in-stream", "key-in-answer", "key-escaped", "key-urlencoded"]
+KEY_LEAKS = ["key-in-stream", "key-in-answer", "key-escaped", "key-urlencoded", "key-split-stream"]
+NOT_KEPT = ["finish-error", "error-beside", "index-list", "two-choices-one-cut"]
+HEADER_TOKEN = "hdr-token-0123456789-SECRET"  # an upstream whose credential is a header, not `key:`
+BASIC_PASSWORD = "basic-pw-0123456789-SECRET"  # one whose credential is in its URL (sent as Basic)
 QUESTION = itertools.count()
 
 
 @pytest.fixture(scope="module")
 def gateway(upstream, tmp_path_factory):
-    faulty = {name: [f"fake/{name}"] for name in [*BROKEN_WHOLE, *BROKEN_STREAMS, *KEY_LEAKS, "whole-for-stream",
-                                                   "key-in-headers", "drip-400", "event-error", "error-not-first",
-                                                   "two-choices-one-cut", "gzip-stream"]}
+    faulty = {name: [f"fake/{name}"] for name in [*BROKEN_WHOLE, *BROKEN_STREAMS, *KEY_LEAKS, *NOT_KEPT,
+                                                   "whole-for-stream", "key-in-headers", "drip-400", "event-error",
+                                                   "error-not-first", "gzip-stream", "named-ping", "error-null"]}
     settings = {"upstreams": {"fake": {"url": upstream.url, "key": UPSTREAM_KEY,
                                        "timeouts": {"first_byte": 5.0, "idle": 1.0}},
                               "short": {"url": upstream.url, "key": UPSTREAM_KEY, "pool": {"warm": 0},
-                                        "timeouts": {"first_byte": 5.0, "idle": 1.0, "total": 1.5}}},
+                                        "timeouts": {"first_byte": 5.0, "idle": 1.0, "total": 1.5}},
+                              "hdr": {"url": upstream.url, "headers": {"Authorization": f"Bearer {HEADER_TOKEN}"},
+                                      "pool": {"warm": 0}},
+                              "basic": {"url": upstream.url.replace("://", f"://user:{BASIC_PASSWORD}@"),
+                                        "pool": {"warm": 0}}},
                 "models": {**faulty, "chat": ["fake/echo"], "drip-short": ["short/drip-400"]},
                 "keys": [{"name": "app", "key": CLIENT_KEY}],
                 "routing": {"hedge": {"enabled": False}, "retry_budget": 0},
@@ -96,8 +103,7 @@ def test_a_broken_or_cut_stream_says_so_and_is_never_cached(gateway, upstream, m
         response, lines = streamed(gateway, model, messages)
         assert response.headers["x-firsttoken-cache"] == "miss" and lines[-1] == "data: [DONE]"
         assert [e["code"] for e in error_events(lines)] == ["upstream_stream_broken"]
-        journey = httpx.get(f"{gateway.url}/v1/journeys/{response.headers['x-request-id']}",
-                            headers={"authorization": f"Bearer {CLIENT_KEY}"}).json()
+        journey = _journey(gateway, response.headers['x-request-id'])
         assert journey["error"]["code"] == "upstream_stream_broken" and journey["verdict"].startswith("broken")
         whole_response = whole(gateway, model, messages)  # asked whole: no 500, not a hit
         assert whole_response.status_code == 502 and whole_response.headers["x-firsttoken-cache"] == "miss"
@@ -131,8 +137,7 @@ def test_an_upstream_key_quoted_anywhere_reaches_no_client_cache_journey_or_log(
                 response = whole(gateway, model, messages)
                 text = response.text
             seen.append(text)
-            journey = httpx.get(f"{gateway.url}/v1/journeys/{response.headers['x-request-id']}",
-                                headers={"authorization": f"Bearer {CLIENT_KEY}"}).json()
+            journey = _journey(gateway, response.headers['x-request-id'])
             seen.append(json.dumps(journey))
     time.sleep(0.6)  # the journey log's writer
     with sqlite3.connect(gateway.workdir / "firsttoken-journeys.db") as db:
@@ -158,8 +163,7 @@ def test_named_error_events_and_error_objects_are_errors(gateway) -> None:
                 pass
         response, lines = streamed(gateway, model, messages)
         assert response.headers["x-firsttoken-cache"] == "miss" and len(error_events(lines)) == 1
-        journey = httpx.get(f"{gateway.url}/v1/journeys/{response.headers['x-request-id']}",
-                            headers={"authorization": f"Bearer {CLIENT_KEY}"}).json()
+        journey = _journey(gateway, response.headers['x-request-id'])
         assert journey["error"] is not None and (code is None or journey["error"]["code"] == code)
 
 
@@ -235,3 +239,43 @@ def _dropped(gateway: GatewayProcess) -> float:
     metrics = httpx.get(gateway.url + "/metrics", headers={"authorization": f"Bearer {CLIENT_KEY}"}).text
     return next(float(line.split()[-1]) for line in metrics.splitlines()
                 if line.startswith("firsttoken_cache_dropped_total"))
+
+
+@pytest.mark.parametrize("model", NOT_KEPT)
+def test_an_answer_that_failed_or_is_malformed_is_never_kept(gateway, model) -> None:
+    messages = question()
+    for stream in (True, False, True):
+        response = streamed(gateway, model, messages)[0] if stream else whole(gateway, model, messages)
+        assert response.headers["x-firsttoken-cache"] == "miss"
+    assert "Traceback" not in gateway.log()
+
+
+def test_healthy_streams_with_odd_but_harmless_parts_are_read_and_kept(gateway) -> None:
+    """A named `event: ping` (which the SDK would read as a chunk, and fail on) is not passed on; an
+    `"error": null` in every chunk is no error."""
+    for model in ("named-ping", "error-null"):
+        messages = question()
+        for expected in ("miss", "hit"):
+            raw = client(gateway).chat.completions.with_raw_response.create(model=model, messages=messages,
+                                                                           stream=True)
+            assert raw.headers["x-firsttoken-cache"] == expected
+            text = "".join(c.choices[0].delta.content or "" for c in raw.parse() if c.choices)
+            assert text == "half an"
+        assert _journey(gateway, raw.headers["x-request-id"])["error"] is None
+
+
+@pytest.mark.parametrize(("upstream_name", "secret"), [("hdr", HEADER_TOKEN), ("basic", BASIC_PASSWORD)])
+def test_a_credential_given_as_a_header_or_in_the_url_is_redacted_too(gateway, upstream_name, secret) -> None:
+    import base64
+    response = whole(gateway, f"{upstream_name}/auth-in-error", question())
+    assert response.status_code == 502 and "[redacted]" in response.text
+    sent_as = [secret, base64.b64encode(f"user:{secret}".encode()).decode()]
+    journey = _journey(gateway, response.headers["x-request-id"])
+    for text in (response.text, json.dumps(journey), gateway.log()):
+        assert not any(form[:10] in text for form in sent_as)
+
+
+def _journey(gateway: GatewayProcess, request_id: str) -> dict:
+    """GET /v1/journeys/{request_id}, as the client key that asked."""
+    headers = {"authorization": f"Bearer {CLIENT_KEY}"}
+    return httpx.get(f"{gateway.url}/v1/journeys/{request_id}", headers=headers).json()

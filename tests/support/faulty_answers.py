@@ -21,6 +21,13 @@ r"""Answers that are broken on purpose, for the test upstream: each model name h
   error-not-first   a stream with a token, then an error object whose first key is not "error"
   two-choices-one-cut  n=2: choice 0 finishes, choice 1 never does
   gzip-stream       a whole, valid stream, gzip-compressed although identity was asked for
+  auth-in-error     401 quoting the credential of the Authorization header it got (a Bearer token, or Basic)
+  key-split-stream  a stream whose text quotes the key four characters per event
+  named-ping        a valid stream with a named `event: ping` in it
+  finish-error      an answer whose finish reason says it failed ("error"), streamed or whole
+  error-beside      a whole answer with choices and an error object beside them
+  index-list        a stream whose choice index is a list
+  error-null        a valid stream whose every chunk carries "error": null
   drip-<ms>         a whole answer whose body comes a piece every <ms> (six pieces)
 """
 
@@ -171,6 +178,47 @@ async def gzip_stream(request: web.Request, model: str) -> web.StreamResponse:
                                                            "Content-Encoding": "gzip"})
 
 
+async def auth_in_error(request: web.Request, model: str) -> web.StreamResponse:
+    credential = request.headers.get("Authorization", "").partition(" ")[2]
+    return web.json_response({"error": {"message": f"Incorrect API key provided: {credential}",
+                                        "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}},
+                             status=401)
+
+
+async def key_split_stream(request: web.Request, model: str) -> web.StreamResponse:
+    text = f"you sent {UPSTREAM_KEY} ok"
+    pieces = b"".join(chunk({"content": text[i:i + 4]}) for i in range(0, len(text), 4))
+    return await _stream(request, chunk({"role": "assistant", "content": ""}) + pieces + chunk({}, "stop") + DONE)
+
+
+async def named_ping(request: web.Request, model: str) -> web.StreamResponse:
+    return await _stream(request, TOKENS + b'event: ping\ndata: {"type": "ping"}\n\n' + chunk({}, "stop") + DONE)
+
+
+async def finish_error(request: web.Request, model: str) -> web.StreamResponse:
+    if (await request.json()).get("stream"):
+        return await _stream(request, TOKENS + chunk({}, "error") + DONE)
+    failed = completion(model, "half an")
+    failed["choices"][0]["finish_reason"] = "error"
+    return web.json_response(failed)
+
+
+async def error_beside(request: web.Request, model: str) -> web.StreamResponse:
+    return web.json_response({**completion(model, "an answer"), "error": {"message": "the model crashed"}})
+
+
+async def index_list(request: web.Request, model: str) -> web.StreamResponse:
+    odd = json.dumps({"choices": [{"index": [0], "delta": {"content": "odd"}, "finish_reason": None}]}).encode()
+    return await _stream(request, TOKENS + b"data: " + odd + b"\n\n" + chunk({}, "stop") + DONE)
+
+
+async def error_null(request: web.Request, model: str) -> web.StreamResponse:
+    def null_error(piece: bytes) -> bytes:
+        return piece.replace(b'"choices"', b'"error": null, "choices"')
+
+    return await _stream(request, null_error(TOKENS) + null_error(chunk({}, "stop")) + DONE)
+
+
 async def drip(request: web.Request, model: str) -> web.StreamResponse:
     """The whole answer, a sixth at a time."""
     pause = int(model.split("-")[1]) / 1000
@@ -193,6 +241,8 @@ FAULTS: dict[str, Fault] = {
     "key-in-answer": key_in_answer, "key-escaped": key_escaped, "key-urlencoded": key_urlencoded,
     "done-with-id": done_with_id, "empty-finish": empty_finish, "event-error": event_error,
     "error-not-first": error_not_first, "two-choices-one-cut": two_choices_one_cut, "gzip-stream": gzip_stream,
+    "auth-in-error": auth_in_error, "key-split-stream": key_split_stream, "named-ping": named_ping,
+    "finish-error": finish_error, "error-beside": error_beside, "index-list": index_list, "error-null": error_null,
 }
 
 

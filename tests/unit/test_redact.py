@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import logging
 
 import pytest
@@ -50,8 +51,16 @@ def test_the_settings_name_every_credential_they_hold() -> None:
                                                                    "HTTP-Referer": "https://myapp.example"}}},
         "keys": [{"name": "app", "key": "client-key-1234"}],
         "limits": {"redis": "redis://:redis-password-1@127.0.0.1:6379/0"}})
-    assert set(settings.secrets()) == {"url-password-123", "query-secret-456", "upstream-key-789",
-                                       "header-token-000", "client-key-1234", "redis-password-1"}
+    basic = base64.b64encode(b"user:url-password-123").decode()  # what the HTTP client sends for the user info
+    assert set(settings.secrets()) == {"url-password-123", basic, "query-secret-456", "upstream-key-789",
+                                       "header-token-000", "client-key-1234", "redis-password-1",
+                                       base64.b64encode(b":redis-password-1").decode()}
+
+
+def test_a_credential_header_counts_without_its_scheme() -> None:
+    upstream = config.Upstream(url="http://up.example/v1", headers={"Authorization": "Bearer tok-0123456789abc"})
+    redactor = Redactor(upstream.secrets())
+    assert redactor.text("Incorrect API key provided: tok-0123456789abc") == f"Incorrect API key provided: {REDACTED}"
 
 
 @pytest.mark.parametrize("spelled", [
@@ -68,3 +77,18 @@ def test_an_escaped_key_is_found_in_every_spelling(spelled: str) -> None:
 def test_a_slash_escaped_as_json_allows_is_found() -> None:
     key = "base64/like+key/0123456789abcdef"
     assert Redactor([key]).text(key.replace("/", "\\/")) == REDACTED
+
+
+@pytest.mark.parametrize("spelled", [
+    KEY.replace("-", "\\\\u002d"),  # JSON inside JSON: a proxy wrapped the error body as a string
+    KEY.replace("-", "%252D"),  # a URL inside a URL
+    KEY.replace("-", "&#45;"),  # an HTML error page
+    KEY.replace("-", "&#x2D;"),
+])
+def test_escapes_of_escapes_and_html_references_are_found(spelled: str) -> None:
+    assert Redactor([KEY]).text(f"key {spelled}.") == f"key {REDACTED}."
+
+
+def test_text_with_only_newlines_escaped_is_left_as_it_was() -> None:
+    text = 'data: {"content": "line one\\nline two"}'
+    assert Redactor([KEY]).text(text) == text

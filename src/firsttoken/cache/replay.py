@@ -56,7 +56,7 @@ def _payload(event: bytes) -> Any:
 
 def is_usage_chunk(event: bytes) -> bool:
     """The stream's last chunk: usage and no choices (sent only to clients that ask for it)."""
-    if b'"usage"' not in event:
+    if event.find(b'"usage"') < 0:  # find, not `in` (see relay.py)
         return False
     chunk = _payload(event)
     return isinstance(chunk, dict) and isinstance(chunk.get("usage"), dict) and not chunk.get("choices")

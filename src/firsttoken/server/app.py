@@ -30,7 +30,7 @@ from firsttoken.journey.recent import RecentJourneys
 from firsttoken.journey.sink import JourneySink
 from firsttoken.journey.tcp_info import RttReader, client_transport
 from firsttoken.journey.timeline import Timeline
-from firsttoken.redact import redact_logs
+from firsttoken.redact import Redactor, redact_logs
 from firsttoken.routing.client_limits import ClientLimits, upstream_tokens
 from firsttoken.routing.keepwarm import KeepWarm
 from firsttoken.routing.metrics import RoutingCollector, target_view
@@ -81,6 +81,7 @@ class Gateway:
             if settings.location is None:  # the gateway stands where the region's clients are
                 settings = settings.model_copy(update={"location": simulated.client_location})
         self.settings = settings
+        self.credentials = Redactor(settings.secrets())
         redact_logs(settings.secrets())  # whatever a library or we log, no credential of ours is in it
         self.upstreams = Upstreams(settings.upstreams, settings.place)
         self.journeys = RecentJourneys(settings.journeys.recent)
@@ -303,10 +304,14 @@ class Gateway:
         assert cache is not None
 
         def keep(kind: Kind, answer: bytes, headers: Any) -> None:
-            gap = answer_gap(kind, answer)
+            try:
+                gap = answer_gap(kind, answer, self.credentials)
+            except Exception:  # a bug; but the answer has reached its client, and keeping is optional
+                log.exception("could not check an answer from %s; not keeping it", timeline.route)
+                gap = "not checked"
             if gap is not None:  # it reached this client as it was; nobody else gets it
                 cache.not_keeping(gap.partition(" (")[0])
-                log.info("not keeping an incomplete answer from %s: %s", timeline.route, gap)
+                log.info("not keeping an answer from %s: %s", timeline.route, gap)
                 flight.finish()
                 return
             flight.finish(kind, answer)
