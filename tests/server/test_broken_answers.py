@@ -18,6 +18,7 @@ from conftest import CLIENT_KEY
 from firsttoken.cache.key import exact_key
 from support.faulty_answers import UPSTREAM_KEY
 from support.gateway_process import GatewayProcess
+from support.openai_upstream import UpstreamThread
 
 BROKEN_WHOLE = ["not-json", "html", "cut-json"]
 BROKEN_STREAMS = ["garbage-stream", "empty-stream", "no-done", "cut-stream", "no-finish", "done-with-id",
@@ -27,6 +28,14 @@ NOT_KEPT = ["finish-error", "error-beside", "index-list", "two-choices-one-cut"]
 HEADER_TOKEN = "hdr-token-0123456789-SECRET"  # an upstream whose credential is a header, not `key:`
 BASIC_PASSWORD = "basic-pw-0123456789-SECRET"  # one whose credential is in its URL (sent as Basic)
 QUESTION = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def upstream():
+    """An upstream of this module's own: some of its requests carry credentials it does not expect, which
+    the session's shared upstream counts against the tests that check the gateway's own."""
+    with UpstreamThread() as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
