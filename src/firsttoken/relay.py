@@ -184,39 +184,19 @@ class Relay:
         """One OpenAI-format event (without its blank line). True when it ended the stream."""
         timeline = self.timeline
         find = event.find
-        # the end, as the SDKs read it: data that begins [DONE] (an event that short: no chunk is)
-        if len(event) <= _MAX_DONE and find(_DONE) >= 0 and (data_field(event) or b"").startswith(_DONE):
-            if self.result.error is None and not self.result.finished:  # [DONE], but the answer never ended
-                self._broken(f"upstream {self.upstream} ended the stream without a finish reason; the answer may "
-                             f"be cut short", BROKEN)
-            self.result.clean = self.result.error is None
-            self._close()
+        if _is_done(event):
+            self._end()
             return True
         if not self.result.finished and _FINISHED.search(event):
             self.result.finished = True
         if (not event.startswith(b"data:") or find(b"\n") >= 0) and find(b"event:") >= 0:  # a named event
-            name = event_name(event)
-            if name == b"error":
-                event = _as_error_event(event)  # clients of chat completions read an error only in this shape
-                find = event.find
-            elif name not in (None, b"message"):  # the SDKs would read its data as a chunk, and fail
+            named = _as_chat_event(event)
+            if named is None:
                 return False
+            event, find = named, named.find
         if not timeline.first_token:  # parsed until the first token: that much is cheap
-            payload = data_field(event)
-            chunk = _loads(payload) if payload is not None else None
-            if not isinstance(chunk, dict) and (payload is not None or not is_event(event)):
-                # garbage (not JSON, not SSE at all): no client could parse it, so it ends the stream
-                self._broken(f"upstream {self.upstream} sent something that is not a stream of JSON events "
-                             f"({(payload or event)[:60].decode('utf-8', 'replace')!r}) before any token", BROKEN)
-                self._close()
+            if self._read_before_first_token(event):
                 return True
-            if chunk is not None:
-                if chunk.get("error") is not None:  # ("error": null in every chunk is no error)
-                    self._note_error(chunk)
-                elif is_token_bearing(chunk):
-                    timeline.first_token = self._read_at
-                    if self.on_first_token is not None:
-                        self.on_first_token()
         elif find(b'"error"') >= 0:  # an error object, whichever key comes first
             chunk = _loads(data_field(event) or b"")
             if isinstance(chunk, dict) and chunk.get("error") is not None:
@@ -236,6 +216,33 @@ class Relay:
         if timeline.first_token and find(_EMPTY_DELTA) < 0 and find(_EMPTY_DELTA_SPACED) < 0:
             timeline.token_events += 1
         self._out.append(event)
+        return False
+
+    def _end(self) -> None:
+        """The upstream's [DONE]: the end, clean unless something went wrong or no finish reason came."""
+        if self.result.error is None and not self.result.finished:  # [DONE], but the answer never ended
+            self._broken(f"upstream {self.upstream} ended the stream without a finish reason; the answer may be "
+                         f"cut short", BROKEN)
+        self.result.clean = self.result.error is None
+        self._close()
+
+    def _read_before_first_token(self, event: bytes) -> bool:
+        """Note an error or the first token in an event before the first token; True when the event is
+        garbage (not JSON, not SSE at all), which no client could parse, so it ends the stream."""
+        payload = data_field(event)
+        chunk = _loads(payload) if payload is not None else None
+        if not isinstance(chunk, dict) and (payload is not None or not is_event(event)):
+            self._broken(f"upstream {self.upstream} sent something that is not a stream of JSON events "
+                         f"({(payload or event)[:60].decode('utf-8', 'replace')!r}) before any token", BROKEN)
+            self._close()
+            return True
+        if chunk is not None:
+            if chunk.get("error") is not None:  # ("error": null in every chunk is no error)
+                self._note_error(chunk)
+            elif is_token_bearing(chunk):
+                self.timeline.first_token = self._read_at
+                if self.on_first_token is not None:
+                    self.on_first_token()
         return False
 
     def _note_error(self, chunk: dict[str, Any]) -> None:
@@ -287,6 +294,20 @@ class Relay:
         self._done = True
         self._stamp_tokens()  # the closing comment's decode counts the read that ended the stream
         self._out += (self.timeline.closing_comment()[:-2], DONE[:-2])
+
+
+def _is_done(event: bytes) -> bool:
+    """The end, as the SDKs read it: data that begins [DONE] (an event this short: no chunk is)."""
+    return len(event) <= _MAX_DONE and event.find(_DONE) >= 0 and (data_field(event) or b"").startswith(_DONE)
+
+
+def _as_chat_event(event: bytes) -> bytes | None:
+    """A named SSE event as clients of chat completions can read it: `event: error` as OpenAI's error event,
+    the default `message` as it is, any other name not at all (the SDKs would read its data as a chunk)."""
+    name = event_name(event)
+    if name == b"error":
+        return _as_error_event(event)
+    return event if name in (None, b"message") else None
 
 
 def _as_error_event(event: bytes) -> bytes:
