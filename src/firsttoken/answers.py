@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import orjson
 
-from firsttoken.redact import Redactor
+from firsttoken.redact import REDACTED, Redactor
 from firsttoken.sse import data_field, event_name
 
 _TOKEN_FIELDS = ("content", "reasoning_content", "reasoning", "tool_calls", "refusal", "function_call")
@@ -112,9 +112,12 @@ def stream_gap(events: Iterable[bytes]) -> str | None:
 
 
 def answer_gap(kind: Literal["json", "sse"], answer: bytes, credentials: Redactor | None = None) -> str | None:
-    """Why an answer of either shape may not be kept, or None when it may. With `credentials`, a stream
-    whose text, pieced together, quotes one is not kept either: each event was scrubbed as it passed, but
-    a key cut across several events was not there to find in any one of them."""
+    """Why an answer of either shape may not be kept, or None when it may. An answer that quoted a
+    credential is not one to share: one where some was redacted on the way (a key cut across two events
+    leaves its tail unredacted in the second), and, with `credentials`, a stream whose text, pieced
+    together, quotes one (a key cut so small that no one event held enough of it to find)."""
+    if answer.find(REDACTED.encode()) >= 0:
+        return "a credential in its text"
     if kind == "json":
         return whole_answer_gap(answer)
     gap, text = _read_stream((answer,))

@@ -9,7 +9,7 @@ The key may also come escaped: JSON may write any character as `\\uXXXX` (and `/
 a message %-encodes. A client that decodes the JSON sees the key plain, so escaped forms are matched too,
 by a pattern that takes each character in any of its spellings. The plain form is a `bytes.find` per
 secret (memchr-fast, cheap enough for every event of a stream); the pattern runs only on text that holds
-an escape at all (`\\u`, `\\/`, `%` or `&#`; on text that does, it costs a few µs).
+an escape at all (`\\u`, `\\/`, `%` or `&`; on text that does, it costs a few µs).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class Redactor:
             return data
         find = data.find  # not `in`: see relay.py's _SPECIAL_MARKERS
         # an escape (doubled ones hold these too; a plain \n does not): the patterns take every spelling
-        if find(b"\\u") >= 0 or find(b"\\/") >= 0 or find(b"%") >= 0 or find(b"&#") >= 0:
+        if find(b"\\u") >= 0 or find(b"\\/") >= 0 or find(b"%") >= 0 or find(b"&") >= 0:
             for pattern in self._escaped:
                 data = pattern.sub(_REDACTED, data)
             return data
@@ -89,7 +89,9 @@ def _spelled_any_way(secret: bytes) -> re.Pattern[bytes]:
         # JSON inside JSON (a proxy that wraps an error body as a string) doubles the backslashes, and a
         # URL inside a URL the percent signs: any number of either
         forms = [re.escape(bytes([byte])), rb"\\+u00" + hex_code, rb"%(?:25)*" + hex_code,
-                 rb"&#0*%d;" % byte, rb"&#[xX]0*" + hex_code + b";"]  # and HTML's character references
+                 # and HTML's character references, numbered or named, escaped again or not (&amp;#45;)
+                 rb"&(?:amp;)*#0*%d;" % byte, rb"&(?:amp;)*#[xX]0*" + hex_code + b";",
+                 *(rb"&(?:amp;)*" + name + b";" for name in _ENTITIES.get(byte, ()))]
         if byte == ord("/"):
             forms.append(rb"\\+/")
         return b"(?:" + b"|".join(forms) + b")"
@@ -99,6 +101,13 @@ def _spelled_any_way(secret: bytes) -> re.Pattern[bytes]:
     for byte in reversed(secret[MIN_PREFIX:]):  # each further character only after the one before it
         tail = b"(?:" + spellings(byte) + tail + b")?"
     return re.compile(head + tail)
+
+
+# HTML's names for the punctuation keys are made of (letters and digits have none)
+_ENTITIES: dict[int, tuple[bytes, ...]] = {
+    ord("-"): (b"dash", b"hyphen"), ord("/"): (b"sol",), ord("+"): (b"plus",), ord("="): (b"equals",),
+    ord("_"): (b"lowbar", b"UnderBar"), ord("."): (b"period",), ord(":"): (b"colon",), ord("~"): (b"tilde",),
+}
 
 
 def _any_case(hex_code: bytes) -> bytes:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import sqlite3
+import threading
 import time
 
 import httpx
@@ -24,7 +25,7 @@ BROKEN_WHOLE = ["not-json", "html", "cut-json"]
 BROKEN_STREAMS = ["garbage-stream", "empty-stream", "no-done", "cut-stream", "no-finish", "done-with-id",
                   "empty-finish"]
 KEY_LEAKS = ["key-in-stream", "key-in-answer", "key-escaped", "key-urlencoded", "key-split-stream"]
-NOT_KEPT = ["finish-error", "error-beside", "index-list", "two-choices-one-cut"]
+NOT_KEPT = ["finish-error", "error-beside", "index-list", "two-choices-one-cut", "key-split-in-two"]
 HEADER_TOKEN = "hdr-token-0123456789-SECRET"  # an upstream whose credential is a header, not `key:`
 BASIC_PASSWORD = "basic-pw-0123456789-SECRET"  # one whose credential is in its URL (sent as Basic)
 QUESTION = itertools.count()
@@ -42,7 +43,8 @@ def upstream():
 def gateway(upstream, tmp_path_factory):
     faulty = {name: [f"fake/{name}"] for name in [*BROKEN_WHOLE, *BROKEN_STREAMS, *KEY_LEAKS, *NOT_KEPT,
                                                    "whole-for-stream", "key-in-headers", "drip-400", "event-error",
-                                                   "error-not-first", "gzip-stream", "named-ping", "error-null"]}
+                                                   "error-not-first", "gzip-stream", "named-ping", "error-null",
+                                                   "slow-finish-error"]}
     settings = {"upstreams": {"fake": {"url": upstream.url, "key": UPSTREAM_KEY,
                                        "timeouts": {"first_byte": 5.0, "idle": 1.0}},
                               "short": {"url": upstream.url, "key": UPSTREAM_KEY, "pool": {"warm": 0},
@@ -288,3 +290,31 @@ def _journey(gateway: GatewayProcess, request_id: str) -> dict:
     """GET /v1/journeys/{request_id}, as the client key that asked."""
     headers = {"authorization": f"Bearer {CLIENT_KEY}"}
     return httpx.get(f"{gateway.url}/v1/journeys/{request_id}", headers=headers).json()
+
+
+def test_requests_that_join_an_answer_not_to_keep_end_as_it_did_or_ask_themselves(gateway, upstream) -> None:
+    """The first request's answer ends cleanly but says it failed: one that joined it as a stream has had it
+    all and ends as it did (no error event); one that waits for a whole answer goes upstream itself."""
+    messages = question()
+    body = {"model": "slow-finish-error", "messages": messages}
+    replies: dict[str, httpx.Response] = {}
+
+    def post(name: str, stream: bool) -> None:
+        replies[name] = httpx.post(gateway.url + "/v1/chat/completions", json={**body, "stream": stream},
+                                   headers={"authorization": f"Bearer {CLIENT_KEY}"}, timeout=10)
+
+    before = upstream.stats.by_model["slow-finish-error"]
+    leader = threading.Thread(target=post, args=("leader", True))
+    leader.start()
+    time.sleep(0.25)  # the leader is streaming: a word every 100 ms
+    joined = [threading.Thread(target=post, args=(name, name == "stream")) for name in ("stream", "whole")]
+    for thread in joined:
+        thread.start()
+    for thread in (leader, *joined):
+        thread.join(15)
+    assert replies["stream"].headers["x-firsttoken-cache"] == "hit; joined"
+    leader_text, follower_text = (r.text.rsplit(": server-timing", 1)[0] for r in (replies["leader"],
+                                                                                  replies["stream"]))
+    assert follower_text == leader_text and not error_events(replies["stream"].text.splitlines())
+    assert replies["whole"].status_code == 200 and replies["whole"].headers["x-firsttoken-cache"] == "miss"
+    assert upstream.stats.by_model["slow-finish-error"] == before + 2

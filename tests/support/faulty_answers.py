@@ -25,6 +25,8 @@ r"""Answers that are broken on purpose, for the test upstream: each model name h
   key-split-stream  a stream whose text quotes the key four characters per event
   named-ping        a valid stream with a named `event: ping` in it
   finish-error      an answer whose finish reason says it failed ("error"), streamed or whole
+  slow-finish-error the same, streamed a word every 100 ms (long enough for identical requests to join it)
+  key-split-in-two  a stream whose text quotes the key in two pieces: the first ends in its prefix
   error-beside      a whole answer with choices and an error object beside them
   index-list        a stream whose choice index is a list
   error-null        a valid stream whose every chunk carries "error": null
@@ -191,6 +193,25 @@ async def key_split_stream(request: web.Request, model: str) -> web.StreamRespon
     return await _stream(request, chunk({"role": "assistant", "content": ""}) + pieces + chunk({}, "stop") + DONE)
 
 
+async def slow_finish_error(request: web.Request, model: str) -> web.StreamResponse:
+    if not (await request.json()).get("stream"):
+        return await finish_error(request, model)
+    response = await _stream(request, chunk({"role": "assistant", "content": ""}), eof=False)
+    for word in ("a", " slow", " answer", " that", " failed"):
+        await asyncio.sleep(0.1)
+        await response.write(chunk({"content": word}))
+    await response.write(chunk({}, "error") + DONE)
+    await response.write_eof()
+    return response
+
+
+async def key_split_in_two(request: web.Request, model: str) -> web.StreamResponse:
+    text = f"key {UPSTREAM_KEY} end"
+    half = len("key ") + 14
+    return await _stream(request, chunk({"role": "assistant", "content": ""}) + chunk({"content": text[:half]})
+                         + chunk({"content": text[half:]}) + chunk({}, "stop") + DONE)
+
+
 async def named_ping(request: web.Request, model: str) -> web.StreamResponse:
     return await _stream(request, TOKENS + b'event: ping\ndata: {"type": "ping"}\n\n' + chunk({}, "stop") + DONE)
 
@@ -243,6 +264,7 @@ FAULTS: dict[str, Fault] = {
     "error-not-first": error_not_first, "two-choices-one-cut": two_choices_one_cut, "gzip-stream": gzip_stream,
     "auth-in-error": auth_in_error, "key-split-stream": key_split_stream, "named-ping": named_ping,
     "finish-error": finish_error, "error-beside": error_beside, "index-list": index_list, "error-null": error_null,
+    "slow-finish-error": slow_finish_error, "key-split-in-two": key_split_in_two,
 }
 
 

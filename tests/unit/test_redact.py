@@ -92,3 +92,9 @@ def test_escapes_of_escapes_and_html_references_are_found(spelled: str) -> None:
 def test_text_with_only_newlines_escaped_is_left_as_it_was() -> None:
     text = 'data: {"content": "line one\\nline two"}'
     assert Redactor([KEY]).text(text) == text
+
+
+@pytest.mark.parametrize("spelled", [KEY.replace("-", "&dash;"), KEY.replace("-", "&amp;#45;"),
+                                     KEY.replace("-", "&amp;amp;#x2d;")])
+def test_named_and_escaped_html_references_are_found(spelled: str) -> None:
+    assert Redactor([KEY]).text(f"<p>key {spelled}</p>") == f"<p>key {REDACTED}</p>"

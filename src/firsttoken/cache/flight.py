@@ -20,8 +20,9 @@ class Flight:
     def __init__(self, leader: Timeline) -> None:
         self._leader = leader
         self.pieces: list[bytes] = []  # what the leader's relay read: events, each without its blank line
-        self.kind: Kind | None = None  # set when the leader finished cleanly
+        self.kind: Kind | None = None  # set when the leader finished cleanly with an answer to share
         self.body: bytes | None = None  # the whole answer, then
+        self.ended_well = False  # the leader's stream ended cleanly (whether or not its answer is shared)
         self.done = False
         self._changed = asyncio.Event()
 
@@ -41,10 +42,13 @@ class Flight:
         """The target that answers (the leader's, so far: final once it has answered)."""
         return self._leader.route
 
-    def finish(self, kind: Kind | None = None, body: bytes | None = None) -> None:
-        """The leader's end: with its whole answer when clean, without when it failed."""
+    def finish(self, kind: Kind | None = None, body: bytes | None = None, ended_well: bool = False) -> None:
+        """The leader's end: with its whole answer when clean and fit to share; without when it failed, or
+        (`ended_well`) when it ended cleanly with an answer not to share (a follower that has relayed it
+        all ends as the leader did; one that has not goes upstream itself)."""
         if not self.done:
             self.kind, self.body, self.done = kind, body, True
+            self.ended_well = ended_well or body is not None
             self._changed.set()
 
     async def follow(self) -> AsyncIterator[bytes]:

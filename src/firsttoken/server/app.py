@@ -312,7 +312,7 @@ class Gateway:
             if gap is not None:  # it reached this client as it was; nobody else gets it
                 cache.not_keeping(gap.partition(" (")[0])
                 log.info("not keeping an answer from %s: %s", timeline.route, gap)
-                flight.finish()
+                flight.finish(ended_well=True)
                 return
             flight.finish(kind, answer)
             cache.keep(lookup, kind, answer, timeline.route, headers)

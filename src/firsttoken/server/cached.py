@@ -66,7 +66,9 @@ async def send_followed(send: Send, base_headers: Headers, timeline: Timeline, f
     async for piece in flight.follow():
         if include_usage or not is_usage_chunk(piece):
             await write(piece + b"\n\n")
-    if flight.kind is None or flight.body is None:  # the leader failed
+    if started and flight.ended_well and flight.body is None:  # an answer not to keep, followed whole
+        await write(timeline.closing_comment() + DONE, more=False)
+    elif flight.kind is None or flight.body is None:  # the leader failed (or has nothing to share)
         if not started:
             return False
         failure = bad_gateway("the identical request this one joined failed mid-stream",
