@@ -255,7 +255,8 @@ def _print_journeys(summary: dict[str, dict[str, Any]], log_path: str) -> None:
               help="Where the endpoint's GPUs are (default: known for the well-known APIs).")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
               help="firsttoken.yaml whose `location` is where you are.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON (the keys in DESIGN.md) instead of a waterfall.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print JSON (the keys in docs/contracts.md) instead of a waterfall.")
 def trace(url: str, model: str | None, prompt: str | None, runs: int, max_tokens: int, api: str | None,
           api_key_env: str | None, origin: str | None, region: str | None, config_path: str | None,
           as_json: bool) -> None:

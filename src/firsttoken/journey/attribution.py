@@ -1,4 +1,4 @@
-"""Where a request's time went: the timeline turned into the journey vocabulary's phases (DESIGN.md)
+"""Where a request's time went: the timeline turned into the journey vocabulary's phases (docs/contracts.md)
 and a verdict in plain words.
 
 The phases are arithmetic on the timeline, computed once as the request ends (for the metrics and the

@@ -1,7 +1,7 @@
 """The timeline of one request: monotonic clock reads and a few facts, in a slotted object made once
 per request.
 
-Phase names follow the journey vocabulary (DESIGN.md): gateway, cache, connect, ttfb, ttft, itl, e2e,
+Phase names follow the journey vocabulary (docs/contracts.md): gateway, cache, connect, ttfb, ttft, itl, e2e,
 rtt, floor, queue+prefill, decode. Recording is a `perf_counter()` into a slot; nothing is allocated
 per chunk (token events are counted, and only the largest gap between them is kept).
 """

@@ -1,8 +1,8 @@
 """Small ASGI helpers: reading a bounded body, sending JSON and SSE responses.
 
 The gateway speaks raw ASGI rather than through a framework's Request/Response objects: on this
-hot path they cost about a fifth of the throughput (DESIGN.md's floors) and we need none of their
-features beyond what these few functions do.
+hot path they cost about a fifth of the throughput (measured: docs/architecture.md, "Raw ASGI") and
+we need none of their features beyond what these few functions do.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ SSE_HEADERS: Headers = [
 
 
 def response_headers(base: Headers, timeline: Timeline) -> Headers:
-    """The headers of every gateway response (DESIGN.md): request id, Server-Timing, cache, route."""
+    """The headers of every gateway response (docs/contracts.md): request id, Server-Timing, cache, route."""
     return [*base, (b"server-timing", timeline.server_timing().encode()),
             (b"x-firsttoken-route", (timeline.route.encode() + timeline.hedge) if timeline.route else b"none"),
             (b"x-firsttoken-cache", timeline.cache)]

@@ -1,4 +1,4 @@
-"""A trace as machines read it (`--json`, the keys DESIGN.md names) and as people read it: a waterfall
+"""A trace as machines read it (`--json`, the keys docs/contracts.md names) and as people read it: a waterfall
 of each run, where every millisecond went, next to the floor the speed of light sets."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def _ms(value: float | None) -> float | None:
 
 
 def run_facts(run: Run, journey: Journey | None = None) -> dict[str, Any]:
-    """One run in the trace JSON contract (DESIGN.md), and what else the X-ray knows of it."""
+    """One run in the trace JSON contract (docs/contracts.md), and what else the X-ray knows of it."""
     journey = journey or attribute(run.timeline)
     t, p, h = run.timeline, journey.phases, run.timeline.handshake
     return {
