@@ -61,6 +61,7 @@ from firsttoken.server.http import (
     send_error,
     send_json,
 )
+from firsttoken.server.reply import Reply
 from firsttoken.sim.embedded import EmbeddedRegion
 from firsttoken.upstream.registry import UpstreamLink, Upstreams
 
@@ -254,6 +255,7 @@ class Gateway:
     async def _chat(self, scope: Scope, receive: Receive, send: Send, base: Headers, timeline: Timeline,
                     body: dict[str, Any], model: str, stream: bool, targets: list[Target]) -> None:
         wants_usage = client_wants_usage(body)
+        reply = Reply(send, base, timeline, self.alarms, self.client_stall_s)
 
         def build(link: UpstreamLink, target: Target) -> Any:
             return link.adapter.chat(body, target.model, stream)
@@ -261,14 +263,14 @@ class Gateway:
         async def forward(keep: Keep | None = None, capture: Flight | None = None) -> None:
             ordered = self.router.order(model, targets, stream)  # only for requests that go upstream
             if stream:
-                forwarder = StreamForwarder(self.upstreams, self.alarms, self.router, ordered, build, send, base,
-                                            timeline, client_wants_usage=wants_usage, heartbeat_s=self.heartbeat_s,
-                                            client_stall_s=self.client_stall_s, keep=keep, capture=capture)
+                forwarder = StreamForwarder(self.upstreams, self.alarms, self.router, ordered, build, reply,
+                                            client_wants_usage=wants_usage, heartbeat_s=self.heartbeat_s, keep=keep,
+                                            capture=capture)
                 await until_disconnect(receive, forwarder.run(), self.alarms)
             else:
                 await until_disconnect(receive, forward_complete(
                     self.upstreams, self.alarms, self.router, ordered, build,
-                    lambda link, data: link.adapter.chat_response(data), send, base, timeline, keep), self.alarms)
+                    lambda link, data: link.adapter.chat_response(data), reply, keep), self.alarms)
 
         cache, lookup = self.cache, None
         if cache is not None:
@@ -282,12 +284,11 @@ class Gateway:
             route, header = lookup.hit.model, lookup.header
             answer = await cache.replay(lookup, stream, wants_usage)  # None: dropped, and a miss
             if answer is not None:
-                await send_cached(send, base, timeline, answer, route, stream, header)
+                await send_cached(reply, answer, route, stream, header)
                 return
         flight = self.flights.get(lookup.key) if lookup.read else None
         if flight is not None:
-            joined = await until_disconnect(receive, send_followed(
-                send, base, timeline, flight, stream, wants_usage, self.alarms, self.client_stall_s), self.alarms)
+            joined = await until_disconnect(receive, send_followed(reply, flight, stream, wants_usage), self.alarms)
             if joined is not False:  # answered by the identical request in flight, or the client left (None)
                 return
         timeline.cache = b"miss"
@@ -334,7 +335,8 @@ class Gateway:
         await until_disconnect(receive, forward_complete(
             self.upstreams, self.alarms, self.router, self.router.order(timeline.model, targets, False),
             lambda link, target: link.adapter.embeddings(body, target.model),
-            lambda link, data: link.adapter.embeddings_response(data), send, base, timeline), self.alarms)
+            lambda link, data: link.adapter.embeddings_response(data),
+            Reply(send, base, timeline, self.alarms, self.client_stall_s)), self.alarms)
 
     async def models(self, scope: Scope, receive: Receive, send: Send, base: Headers, timeline: Timeline) -> None:
         self.keys.tenant(scope)

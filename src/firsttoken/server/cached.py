@@ -5,82 +5,69 @@ from __future__ import annotations
 
 from time import perf_counter
 
-from firsttoken.alarms import Alarms
 from firsttoken.cache.entry import Entry
 from firsttoken.cache.flight import Flight
 from firsttoken.cache.replay import ReplayError, is_usage_chunk, replay
 from firsttoken.errors import bad_gateway
-from firsttoken.journey.timeline import Timeline
-from firsttoken.server.http import SSE_HEADERS, ClientStalled, Headers, Send, response_headers, send_bytes
-from firsttoken.sse import DONE, error_event
+from firsttoken.server.reply import Reply
+from firsttoken.sse import DONE
 
 JOINED = b"hit; joined"  # x-firsttoken-cache of a request that took an identical one's answer in flight
 
 
-async def send_cached(send: Send, base_headers: Headers, timeline: Timeline, answer: bytes, route: str,
-                      stream: bool, header: bytes = b"hit") -> None:
+async def send_cached(reply: Reply, answer: bytes, route: str, stream: bool, header: bytes = b"hit") -> None:
     """A stored answer, already in the shape asked for (cache.replay): a stream's events or a whole answer."""
-    timeline.cache, timeline.route, timeline.status = header, route, 200
+    timeline = reply.timeline
+    timeline.cache, timeline.route = header, route
     if stream:
         timeline.first_byte = timeline.first_token = perf_counter()
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [*SSE_HEADERS, *response_headers(base_headers, timeline)]})
+        await reply.start_stream()
         # One write: the whole answer, its closing comment and [DONE] in one segment on the wire.
-        await send({"type": "http.response.body", "body": answer + timeline.closing_comment() + DONE})
+        await reply.write(answer + timeline.closing_comment() + DONE, last=True)
     else:
-        await send_bytes(send, 200, answer, response_headers(base_headers, timeline))
+        await reply.whole(200, answer)
     timeline.last_byte = perf_counter()
 
 
-async def send_followed(send: Send, base_headers: Headers, timeline: Timeline, flight: Flight, stream: bool,
-                        include_usage: bool, alarms: Alarms, client_stall_s: float) -> bool:
+async def send_followed(reply: Reply, flight: Flight, stream: bool, include_usage: bool) -> bool:
     """The answer of the identical request in flight, as it comes. False when that one failed before this
     one had sent anything (or its answer was not one to share): it should then go upstream itself."""
+    timeline = reply.timeline
     timeline.cache = JOINED
     if not stream:
         await flight.finished()
         answer = _replayed(flight, False, include_usage)
         if answer is None:
             return False
-        timeline.route, timeline.status = flight.route, 200
-        await send_bytes(send, 200, answer, response_headers(base_headers, timeline))
+        timeline.route = flight.route
+        await reply.whole(200, answer)
         timeline.last_byte = perf_counter()
         return True
 
-    started = False
-
-    async def write(data: bytes, more: bool = True) -> None:
-        nonlocal started
-        if not started:
-            started = True
-            timeline.route, timeline.status = flight.route, 200
+    async def write(data: bytes, last: bool = False) -> None:
+        if not reply.started:
+            timeline.route = flight.route
             timeline.first_byte = timeline.first_token = perf_counter()
-            await send({"type": "http.response.start", "status": 200,
-                        "headers": [*SSE_HEADERS, *response_headers(base_headers, timeline)]})
-        try:  # a follower that reads nothing is dropped; the flight does not wait for it
-            with alarms.deadline(alarms.now() + client_stall_s):
-                await send({"type": "http.response.body", "body": data, "more_body": more})
-        except TimeoutError:
-            raise ClientStalled(f"the client read nothing for {client_stall_s:g} s") from None
+            await reply.start_stream()
+        await reply.write(data, last)  # a follower that reads nothing is dropped; the flight does not wait
 
     async for piece in flight.follow():
         if include_usage or not is_usage_chunk(piece):
             await write(piece + b"\n\n")
-    if started and flight.ended_well and flight.body is None:  # an answer not to keep, followed whole
-        await write(timeline.closing_comment() + DONE, more=False)
+    if reply.started and flight.ended_well and flight.body is None:  # an answer not to keep, followed whole
+        await write(timeline.closing_comment() + DONE, last=True)
     elif flight.kind is None or flight.body is None:  # the leader failed (or has nothing to share)
-        if not started:
+        if not reply.started:
             return False
-        failure = bad_gateway("the identical request this one joined failed mid-stream",
-                              code="upstream_stream_broken")
-        await write(error_event(failure.body()) + timeline.closing_comment() + DONE, more=False)
-    elif not started:  # the leader's answer came whole (a server that answers streams with JSON)
+        await reply.fail(bad_gateway("the identical request this one joined failed mid-stream",
+                                     code="upstream_stream_broken"))
+    elif not reply.started:  # the leader's answer came whole (a server that answers streams with JSON)
         answer = _replayed(flight, True, include_usage)
         if answer is None:
             return False
-        await write(answer + timeline.closing_comment() + DONE, more=False)
+        await write(answer + timeline.closing_comment() + DONE, last=True)
     else:
-        await write(timeline.closing_comment() + DONE, more=False)
+        await write(timeline.closing_comment() + DONE, last=True)
     timeline.last_byte = perf_counter()
     return True
 

@@ -30,16 +30,9 @@ from firsttoken.relay import Capture, Relay
 from firsttoken.routing.router import Router
 from firsttoken.routing.targets import Target
 from firsttoken.server.hedge import Lane, Race, race_whole
-from firsttoken.server.http import (
-    SSE_HEADERS,
-    ClientStalled,
-    Headers,
-    Send,
-    response_headers,
-    send_bytes,
-    send_error,
-)
-from firsttoken.sse import DONE, HEARTBEAT, error_event
+from firsttoken.server.http import ClientStalled, Headers
+from firsttoken.server.reply import Reply
+from firsttoken.sse import DONE, HEARTBEAT
 from firsttoken.upstream.adapter import UpstreamRequest
 from firsttoken.upstream.connector import protocol_of
 from firsttoken.upstream.registry import UpstreamLink, Upstreams
@@ -253,11 +246,11 @@ class Fetched:
 
 
 async def forward_complete(upstreams: Upstreams, alarms: Alarms, router: Router, targets: list[Target],
-                           build: BuildRequest, translate: Translate, send: Send,
-                           base_headers: Headers, timeline: Timeline, keep: Keep | None = None) -> None:
+                           build: BuildRequest, translate: Translate, reply: Reply, keep: Keep | None = None) -> None:
     """A non-streaming request: the first target that answers well is the answer; one that is late is
     raced by the next (hedged), and the first whole answer wins. A 200 that `translate` finds is no
     answer (a page, a body cut short) is the target's failure, and the next target may try."""
+    timeline = reply.timeline
 
     async def fetch(target: Target, record: Timeline, lost: set[Target]) -> Fetched | GatewayError:
         router.started(target)
@@ -280,16 +273,14 @@ async def forward_complete(upstreams: Upstreams, alarms: Alarms, router: Router,
         outcome = await (fetch(target, timeline, set()) if delay is None else
                          race_whole(router, fetch, target, waiting, delay, timeline))
         if isinstance(outcome, Fetched):
-            await _deliver(outcome, send, base_headers, timeline, keep)
+            await _deliver(outcome, reply, keep)
             return
         failure = outcome
         if not _retryable(failure):
             break
     assert failure is not None
     log.warning("request failed after %d attempt(s): %s", timeline.attempts, failure.message)
-    timeline.status = failure.status
-    timeline.failed(failure.code or failure.type, failure.message)
-    await send_error(send, failure, response_headers(base_headers, timeline))
+    await reply.fail(failure)
 
 
 async def _fetch(upstreams: Upstreams, alarms: Alarms, target: Target, build: BuildRequest, translate: Translate,
@@ -347,15 +338,11 @@ async def _read_body(alarms: Alarms, link: UpstreamLink, response: aiohttp.Clien
     return b"".join(parts)
 
 
-async def _deliver(fetched: Fetched, send: Send, base_headers: Headers, timeline: Timeline,
-                   keep: Keep | None) -> None:
-    response = fetched.response
-    headers = response_headers(base_headers, timeline) + passthrough_headers(fetched.link, response)
-    answer = fetched.data
+async def _deliver(fetched: Fetched, reply: Reply, keep: Keep | None) -> None:
+    response, answer, timeline = fetched.response, fetched.data, reply.timeline
     timeline.output_tokens = usage_count(answer, _COMPLETION_TOKENS)
     timeline.input_tokens = usage_count(answer, _PROMPT_TOKENS)
-    timeline.status = response.status
-    await send_bytes(send, response.status, answer, headers)
+    await reply.whole(response.status, answer, passthrough_headers(fetched.link, response))
     timeline.last_byte = perf_counter()
     if keep is not None and response.status == 200:
         keep("json", answer, response.headers)
@@ -366,9 +353,8 @@ class StreamForwarder:
     heartbeat is due), then the relay moves its events."""
 
     def __init__(self, upstreams: Upstreams, alarms: Alarms, router: Router, targets: list[Target],
-                 build: BuildRequest, send: Send, base_headers: Headers, timeline: Timeline, *,
-                 client_wants_usage: bool, heartbeat_s: float, client_stall_s: float, keep: Keep | None = None,
-                 capture: Capture | None = None) -> None:
+                 build: BuildRequest, reply: Reply, *, client_wants_usage: bool, heartbeat_s: float,
+                 keep: Keep | None = None, capture: Capture | None = None) -> None:
         self.upstreams = upstreams
         self.router = router
         # How the last relayed stream ended, for the router: clean, broken (a failure of its target), or
@@ -379,14 +365,10 @@ class StreamForwarder:
         self.alarms = alarms
         self.targets = targets
         self.build = build
-        self.send = send
-        self.base_headers = base_headers
-        self.timeline = timeline
+        self.reply = reply
+        self.timeline = reply.timeline
         self.client_wants_usage = client_wants_usage
         self.heartbeat = alarms.heartbeat(heartbeat_s, self._heartbeat)
-        self.client_stall_s = client_stall_s
-        self.started = False
-        self.ended = False
 
     async def run(self) -> None:
         self.heartbeat.start()
@@ -398,15 +380,15 @@ class StreamForwarder:
             if failure is not None:
                 log.warning("stream failed after %d attempt(s): %s", self.timeline.attempts, failure.message)
                 await self.heartbeat.stop()
-                await self._fail(failure)
+                await self.reply.fail(failure)
         except (GatewayError, ClientStalled, asyncio.CancelledError):
             raise
         except Exception:  # a bug: once the stream has started, end it properly instead of a second start
-            if not self.started or self.ended:
+            if not self.reply.started or self.reply.ended:
                 raise
             log.exception("stream failed unexpectedly")
             await self.heartbeat.stop()
-            await self._fail(GatewayError(500, "The gateway failed unexpectedly; this is a bug in firsttoken, "
+            await self.reply.fail(GatewayError(500, "The gateway failed unexpectedly; this is a bug in firsttoken, "
                                                "and the log has the details.", "server_error", code="internal_error"))
         finally:
             self.heartbeat.close()
@@ -512,9 +494,8 @@ class StreamForwarder:
         output, prompt = usage.get("completion_tokens"), usage.get("prompt_tokens")
         self.timeline.output_tokens = output if isinstance(output, int) else None
         self.timeline.input_tokens = prompt if isinstance(prompt, int) else None
-        if not self.ended:
-            await self.heartbeat.stop()
-            await self.send({"type": "http.response.body", "body": b""})
+        if not self.reply.ended:
+            await self.write(b"", last=True)
         if result.clean:
             link.pool.release_later(response)
             if self.keep is not None and relay.capture:  # keep comes with a capture to keep from
@@ -550,33 +531,14 @@ class StreamForwarder:
     async def write(self, data: bytes, last: bool = False) -> None:
         if last:  # the response ends with these bytes: no heartbeat may follow them
             await self.heartbeat.stop()
-            self.ended = True
-        try:  # a write waits only while the client is not reading (the server's flow control)
-            with self.alarms.deadline(self.alarms.now() + self.client_stall_s):
-                await self.send({"type": "http.response.body", "body": data, "more_body": not last})
-        except TimeoutError:
-            raise ClientStalled(f"the client read nothing for {self.client_stall_s:g} s") from None
+        await self.reply.write(data, last)
 
     async def start(self, extra: Headers) -> None:
-        if self.started:
-            return
-        self.started = True
-        self.timeline.status = 200
-        headers = [*SSE_HEADERS, *response_headers(self.base_headers, self.timeline), *extra]
-        await self.send({"type": "http.response.start", "status": 200, "headers": headers})
+        await self.reply.start_stream(extra)
 
     async def _heartbeat(self) -> None:
-        await self.start([])
-        await self.write(HEARTBEAT)
-
-    async def _fail(self, failure: GatewayError) -> None:
-        self.timeline.failed(failure.code or failure.type, failure.message)
-        if not self.started:
-            self.timeline.status = failure.status
-            await send_error(self.send, failure, response_headers(self.base_headers, self.timeline))
-            return
-        # Headers are gone already: the failure travels as one error event, then [DONE].
-        await self.write(error_event(failure.body()) + self.timeline.closing_comment() + DONE, last=True)
+        await self.reply.start_stream()
+        await self.reply.write(HEARTBEAT)
 
 
 _COMPLETION_TOKENS = b'"completion_tokens":'
