@@ -52,11 +52,6 @@ class Lookup:
     similarity: float | None = None  # a semantic hit's
     prompt: Prompt | None = None  # the request's last user message, embedded, when semantic caching is on
 
-    @property
-    def header(self) -> bytes:
-        """x-firsttoken-cache of a hit."""
-        return b"hit" if self.similarity is None else b"semantic-hit; similarity=%.3f" % self.similarity
-
 
 @dataclass(frozen=True, slots=True)
 class Prompt:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from firsttoken.cache.outcome import CacheOutcome
 from firsttoken.journey.timeline import Timeline
 
 
@@ -126,7 +127,7 @@ def attribute(timeline: Timeline) -> Journey:
                       timeline.upstream, timeline.stream, timeline.status, timeline.attempts, timeline.reused, p,
                       timeline.output_tokens, timeline.input_tokens, timeline.token_events, rate, itl_max,
                       upstream_timing, timeline.handshake.as_dict() if timeline.handshake is not None else None,
-                      timeline.cache.decode(), timeline.hedge.decode().removeprefix("; "),
+                      timeline.cache.header(timeline.similarity).decode(), timeline.hedge.decode().removeprefix("; "),
                       {"code": timeline.error_code, "message": timeline.error} if timeline.error_code else None)
     return Journey(**{**journey.__dict__, "verdict": verdict(journey, provider)})
 
@@ -139,13 +140,13 @@ def verdict(journey: Journey, provider_ms: float | None = None) -> str:
         return f"failed with HTTP {journey.status} after {p.e2e:.0f} ms"
     if journey.error is not None:
         return f"broken: the answer began but did not end well ({journey.error['code']}) after {p.e2e:.0f} ms"
-    if journey.cache == "hit":
+    if journey.cache == CacheOutcome.HIT.value:
         return f"answered from the edge cache in {p.e2e:.1f} ms, without crossing to the upstream"
-    if journey.cache.startswith("semantic-hit"):
+    if journey.cache.startswith(CacheOutcome.SEMANTIC_HIT.value):
         similarity = journey.cache.rpartition("=")[2]
         return (f"answered from the edge cache in {p.e2e:.1f} ms: a question asked before in other words "
                 f"(similarity {similarity})")
-    if journey.cache == "hit; joined":
+    if journey.cache == CacheOutcome.JOINED.value:
         return f"joined an identical request already in flight: {p.e2e:.0f} ms, one upstream request for both"
     cold = journey.upstream_timing.get("cold", 0.0)
     parts = {

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from firsttoken.cache.outcome import CacheOutcome
 from firsttoken.journey.attribution import Phases
 from firsttoken.journey.instruments import CounterFamily, HistogramFamily, Series
 from firsttoken.journey.timeline import Timeline
@@ -26,7 +27,8 @@ _TOKENS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304
 _PHASE = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
-_CACHE_RESULTS = {b"bypass": "bypass", b"miss": "miss", b"hit": "hit", b"hit; joined": "joined"}
+# The metric's labels: the header's words, but "joined" for a request that joined one in flight.
+_CACHE_RESULTS = {outcome: "joined" if outcome is CacheOutcome.JOINED else outcome.value for outcome in CacheOutcome}
 _PHASES = ("client_rtt", "gateway", "connect", "rtt", "queue+prefill", "decode")
 
 
@@ -73,8 +75,7 @@ class Metrics:
         series = self._series.get(key)
         if series is None:
             series = self._series[key] = self._series_for(timeline)
-        outcome = timeline.cache
-        self.cache.inc(_CACHE_RESULTS.get(outcome) or ("semantic-hit" if outcome.startswith(b"semantic") else "other"))
+        self.cache.inc(_CACHE_RESULTS[timeline.cache])
         error = str(timeline.status) if timeline.status >= 400 else timeline.error_code  # a stream broken after 200
         if error:
             self.duration.of(*series.labels, error).observe(p.e2e / 1000)

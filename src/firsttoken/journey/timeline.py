@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from time import perf_counter
 
+from firsttoken.cache.outcome import CacheOutcome
 from firsttoken.journey.tcp_info import Rtt
 from firsttoken.upstream.connector import Handshake
 
@@ -18,7 +19,8 @@ class Timeline:
     __slots__ = ("request_id", "operation", "tenant", "model", "stream", "status", "received", "cache_ms",
                  "sent", "first_byte", "first_token", "last_token", "last_byte", "max_gap", "connect_ms", "reused",
                  "token_events", "output_tokens", "input_tokens", "route", "upstream", "attempts", "client_rtt",
-                 "upstream_rtt", "upstream_timing", "floor_ms", "handshake", "cache", "hedge", "error_code", "error")
+                 "upstream_rtt", "upstream_timing", "floor_ms", "handshake", "cache", "similarity", "hedge",
+                 "error_code", "error")
 
     def __init__(self, request_id: str = "") -> None:
         self.received = perf_counter()
@@ -28,7 +30,8 @@ class Timeline:
         self.stream = False
         self.status = 0
         self.cache_ms = 0.0
-        self.cache = b"bypass"  # the edge cache's outcome (x-firsttoken-cache): bypass | miss | hit
+        self.cache = CacheOutcome.BYPASS  # what the edge cache did (x-firsttoken-cache)
+        self.similarity: float | None = None  # a semantic hit's
         self.sent = 0.0
         self.first_byte = 0.0
         self.first_token = 0.0

@@ -169,7 +169,7 @@ def _too_many(key: str, refusal: Refusal) -> GatewayError:
 def upstream_tokens(timeline: Timeline) -> int | None:
     """What a request cost upstream in tokens, by the upstream's own usage: nothing for an answer from the
     edge cache; None when the upstream did not say (the estimate stands)."""
-    if timeline.cache not in (b"miss", b"bypass"):
+    if timeline.cache.from_cache:
         return 0
     if timeline.input_tokens is None and timeline.output_tokens is None:
         return None

@@ -19,6 +19,7 @@ from firsttoken.cache.edge import EdgeCache, Lookup
 from firsttoken.cache.entry import Kind
 from firsttoken.cache.flight import Flight, Flights
 from firsttoken.cache.metrics import CacheCollector
+from firsttoken.cache.outcome import CacheOutcome
 from firsttoken.config import SIM_UPSTREAM, Settings
 from firsttoken.errors import GatewayError
 from firsttoken.journey.attribution import attribute
@@ -281,17 +282,17 @@ class Gateway:
             await forward()
             return
         if lookup.hit is not None:
-            route, header = lookup.hit.model, lookup.header
+            route, similarity = lookup.hit.model, lookup.similarity
             answer = await cache.replay(lookup, stream, wants_usage)  # None: dropped, and a miss
             if answer is not None:
-                await send_cached(reply, answer, route, stream, header)
+                await send_cached(reply, answer, route, stream, similarity)
                 return
         flight = self.flights.get(lookup.key) if lookup.read else None
         if flight is not None:
             joined = await until_disconnect(receive, send_followed(reply, flight, stream, wants_usage), self.alarms)
             if joined is not False:  # answered by the identical request in flight, or the client left (None)
                 return
-        timeline.cache = b"miss"
+        timeline.cache = CacheOutcome.MISS
         flight = self.flights.lead(lookup.key, timeline)
         try:
             await forward(self._keeper(lookup, timeline, flight), flight)

@@ -7,18 +7,19 @@ from time import perf_counter
 
 from firsttoken.cache.entry import Entry
 from firsttoken.cache.flight import Flight
+from firsttoken.cache.outcome import CacheOutcome
 from firsttoken.cache.replay import ReplayError, is_usage_chunk, replay
 from firsttoken.errors import bad_gateway
 from firsttoken.server.reply import Reply
 from firsttoken.sse import DONE
 
-JOINED = b"hit; joined"  # x-firsttoken-cache of a request that took an identical one's answer in flight
 
-
-async def send_cached(reply: Reply, answer: bytes, route: str, stream: bool, header: bytes = b"hit") -> None:
-    """A stored answer, already in the shape asked for (cache.replay): a stream's events or a whole answer."""
+async def send_cached(reply: Reply, answer: bytes, route: str, stream: bool, similarity: float | None = None) -> None:
+    """A stored answer, already in the shape asked for (cache.replay): a stream's events or a whole answer;
+    `similarity` for a paraphrase's."""
     timeline = reply.timeline
-    timeline.cache, timeline.route = header, route
+    timeline.cache = CacheOutcome.HIT if similarity is None else CacheOutcome.SEMANTIC_HIT
+    timeline.route, timeline.similarity = route, similarity
     if stream:
         timeline.first_byte = timeline.first_token = perf_counter()
         await reply.start_stream()
@@ -33,7 +34,7 @@ async def send_followed(reply: Reply, flight: Flight, stream: bool, include_usag
     """The answer of the identical request in flight, as it comes. False when that one failed before this
     one had sent anything (or its answer was not one to share): it should then go upstream itself."""
     timeline = reply.timeline
-    timeline.cache = JOINED
+    timeline.cache = CacheOutcome.JOINED
     if not stream:
         await flight.finished()
         answer = _replayed(flight, False, include_usage)

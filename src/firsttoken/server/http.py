@@ -33,7 +33,7 @@ def response_headers(base: Headers, timeline: Timeline) -> Headers:
     """The headers of every gateway response (docs/contracts.md): request id, Server-Timing, cache, route."""
     return [*base, (b"server-timing", timeline.server_timing().encode()),
             (b"x-firsttoken-route", (timeline.route.encode() + timeline.hedge) if timeline.route else b"none"),
-            (b"x-firsttoken-cache", timeline.cache)]
+            (b"x-firsttoken-cache", timeline.cache.header(timeline.similarity))]
 
 
 class ClientDisconnected(Exception):

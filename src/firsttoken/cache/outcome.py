@@ -1,0 +1,28 @@
+"""What the edge cache did for one request, as one value from lookup to header, metric and verdict."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class CacheOutcome(Enum):
+    """Each outcome's `x-firsttoken-cache` word (docs/contracts.md), which is also its metric label."""
+
+    BYPASS = "bypass"  # the request neither read nor wrote the cache
+    MISS = "miss"  # it went upstream (and its answer may be kept)
+    HIT = "hit"  # a stored answer to the same request
+    SEMANTIC_HIT = "semantic-hit"  # a stored answer to a paraphrase; the header adds the similarity
+    JOINED = "hit; joined"  # the answer of an identical request in flight
+
+    @property
+    def from_cache(self) -> bool:
+        """Answered without this request crossing to the upstream."""
+        return self in (CacheOutcome.HIT, CacheOutcome.SEMANTIC_HIT, CacheOutcome.JOINED)
+
+    def header(self, similarity: float | None = None) -> bytes:
+        if self is CacheOutcome.SEMANTIC_HIT and similarity is not None:
+            return b"semantic-hit; similarity=%.3f" % similarity
+        return _HEADERS[self]
+
+
+_HEADERS = {outcome: outcome.value.encode() for outcome in CacheOutcome}  # made once, not per response
