@@ -6,7 +6,6 @@ import gc
 import importlib.util
 import logging
 import os
-import re
 import sys
 from typing import Any
 
@@ -345,8 +344,10 @@ def _banner(settings: Settings, workers: int) -> None:
                   f"request (each keeps its own); the journey log and OTLP export have every worker's journeys")
     cache = settings.cache
     if cache is not None and cache.backend != "none":
+        from firsttoken.redis_guard import redacted  # the URL without its userinfo or query (a password)
+
         where = {"sqlite": cache.path, "memory": "memory",
-                 "redis": f"Redis at {re.sub(r'//[^@/]*@', '//', cache.url or '')}"}[cache.backend]
+                 "redis": f"Redis at {redacted(cache.url or '')}"}[cache.backend]
         scope = "shared by all client keys" if cache.shared else "one per client key"
         semantic = ""
         if cache.semantic:

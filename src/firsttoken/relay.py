@@ -145,15 +145,16 @@ class Relay:
         return done
 
     def _handle_all(self, events: list[bytes]) -> bool:
-        if self.redactor is not None and events:  # whole events, so that a key cut across two reads is found
-            joined = b"\n\n".join(events)
-            cleaned = self.redactor.bytes(joined)
-            if cleaned is not joined:
-                events = cleaned.split(b"\n\n")
-        if self.translator is None and self.timeline.first_token and events:
+        if not events:
+            return False
+        blob = b"\n\n".join(events)  # the read's whole events: one scan for a credential, one for the markers
+        if self.redactor is not None:  # whole events, so that a key cut across two reads is found
+            cleaned = self.redactor.bytes(blob)
+            if cleaned is not blob:
+                blob, events = cleaned, cleaned.split(b"\n\n")
+        if self.translator is None and self.timeline.first_token:
             # The common read of a stream under way holds only content chunks: one scan of the
             # whole read tells, and the read goes out as it came, with no work per event.
-            blob = b"\n\n".join(events)
             find = blob.find
             if all(find(marker) < 0 for marker in _SPECIAL_MARKERS):
                 self.timeline.token_events += (len(events) - blob.count(_EMPTY_DELTA)

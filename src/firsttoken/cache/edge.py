@@ -154,8 +154,9 @@ class EdgeCache:
             return None
 
     def not_keeping(self, why: str) -> None:
-        """An answer that will not be kept (counted by why, for the metrics)."""
-        self.not_kept[why] += 1
+        """An answer that will not be kept, counted by why for the metrics (without the quoted detail that
+        some reasons end with, so the labels stay few)."""
+        self.not_kept[why.partition(" (")[0]] += 1
 
     def keep(self, lookup: Lookup, kind: Kind, body: bytes, route: str,
              upstream_headers: Any = None) -> None:

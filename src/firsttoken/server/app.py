@@ -83,8 +83,9 @@ class Gateway:
             if settings.location is None:  # the gateway stands where the region's clients are
                 settings = settings.model_copy(update={"location": simulated.client_location})
         self.settings = settings
-        self.credentials = Redactor(settings.secrets())
-        redact_logs(settings.secrets())  # whatever a library or we log, no credential of ours is in it
+        secrets = settings.secrets()
+        self.credentials = Redactor(secrets)
+        redact_logs(secrets)  # whatever a library or we log, no credential of ours is in it
         self.upstreams = Upstreams(settings.upstreams, settings.place)
         self.journeys = RecentJourneys(settings.journeys.recent)
         self.client_rtt = RttReader()
@@ -312,7 +313,7 @@ class Gateway:
                 log.exception("could not check an answer from %s; not keeping it", timeline.route)
                 gap = "not checked"
             if gap is not None:  # it reached this client as it was; nobody else gets it
-                cache.not_keeping(gap.partition(" (")[0])
+                cache.not_keeping(gap)
                 log.info("not keeping an answer from %s: %s", timeline.route, gap)
                 flight.finish(ended_well=True)
                 return

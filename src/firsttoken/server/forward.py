@@ -340,8 +340,7 @@ async def _read_body(alarms: Alarms, link: UpstreamLink, response: aiohttp.Clien
 
 async def _deliver(fetched: Fetched, reply: Reply, keep: Keep | None) -> None:
     response, answer, timeline = fetched.response, fetched.data, reply.timeline
-    timeline.output_tokens = usage_count(answer, _COMPLETION_TOKENS)
-    timeline.input_tokens = usage_count(answer, _PROMPT_TOKENS)
+    note_usage(timeline, answer)
     await reply.whole(response.status, answer, passthrough_headers(fetched.link, response))
     timeline.last_byte = perf_counter()
     if keep is not None and response.status == 200:
@@ -520,8 +519,7 @@ class StreamForwarder:
         await self.start(headers)
         timeline = self.timeline
         timeline.first_token = timeline.last_token = perf_counter()
-        timeline.output_tokens = usage_count(answer, _COMPLETION_TOKENS)
-        timeline.input_tokens = usage_count(answer, _PROMPT_TOKENS)
+        note_usage(timeline, answer)
         events = completion_chunks(orjson.loads(answer), self.client_wants_usage)
         await self.write(events + timeline.closing_comment() + DONE, last=True)
         if self.keep is not None:
@@ -544,6 +542,12 @@ class StreamForwarder:
 _COMPLETION_TOKENS = b'"completion_tokens":'
 _PROMPT_TOKENS = b'"prompt_tokens":'
 _NUMBER = re.compile(rb"\s*(\d{1,12})")
+
+
+def note_usage(timeline: Timeline, answer: bytes) -> None:
+    """The upstream's usage counts of a whole answer (OpenAI's shape), onto the request's timeline."""
+    timeline.output_tokens = usage_count(answer, _COMPLETION_TOKENS)
+    timeline.input_tokens = usage_count(answer, _PROMPT_TOKENS)
 
 
 def usage_count(answer: bytes, field: bytes) -> int | None:
