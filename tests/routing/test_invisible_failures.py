@@ -138,7 +138,7 @@ def test_a_killed_upstream_is_invisible(b: SimProcess, tmp_path: Path, in_flight
 
 
 # A reset drops the connection as the request arrives. The gateway sends a request once more only when a
-# pooled connection was dropped under it (server/forward.py `_open`: the keep-alive race, where the
+# pooled connection was dropped under it (server/egress.py `_open`: the keep-alive race, where the
 # upstream never saw it); on a new connection the upstream may have started on it, so it is not resent.
 # With no warm connections to `a`, every attempt opens one: one send each. With warm ones, an attempt on
 # a pooled connection may be sent twice.

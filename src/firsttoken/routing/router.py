@@ -22,6 +22,7 @@ from firsttoken.routing.budget import Budget
 from firsttoken.routing.coldstart import ColdStarts
 from firsttoken.routing.estimate import TtftEstimate
 from firsttoken.routing.health import Health
+from firsttoken.routing.outcome import Ended, Outcome
 from firsttoken.routing.targets import Target
 
 
@@ -129,6 +130,20 @@ class Router:
         return True
 
     # --- what happened -------------------------------------------------------------------------
+
+    def record(self, target: Target, stream: bool, outcome: Outcome) -> None:
+        """How an attempt that `started` ended: into the target's health, estimates and cooling."""
+        ended = outcome.ended
+        if ended is Ended.ANSWERED:
+            self.succeeded(target, stream, outcome.ms)
+        elif ended is Ended.BROKEN:
+            self.failed(target)
+        elif ended is Ended.RATE_LIMITED:
+            self.rate_limited(target, outcome.retry_after)
+        elif ended is Ended.LOST and outcome.ms is not None:
+            self.lost(target, stream, outcome.ms)
+        else:  # refused, the client's deadline, the client left: nothing of the target
+            self.settled(target)
 
     def started(self, target: Target) -> None:
         state = self.state(target)

@@ -30,6 +30,10 @@ class ClientKeys:
                                "your app sends (the OpenAI SDK's api_key) against the gateway's keys:.")
         return name
 
+    def __bool__(self) -> bool:
+        """Whether any keys are configured (without them, every caller is one anonymous tenant)."""
+        return bool(self._names)
+
 
 def _presented_key(scope: Scope) -> bytes | None:
     for key, value in scope["headers"]:

@@ -1,0 +1,156 @@
+"""POST /v1/chat/completions, top to bottom: let the request in, size it to a model, then within the
+client's limits look it up in the edge cache; a hit is replayed, an identical request in flight is
+followed, and otherwise this request leads: it goes upstream (server/stream.py, server/whole.py) and a
+clean answer is shared with its followers and kept."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from time import perf_counter
+from typing import Any
+
+from firsttoken.answers import answer_gap
+from firsttoken.cache.edge import EdgeCache, Lookup
+from firsttoken.cache.entry import Kind
+from firsttoken.cache.flight import Flight, Flights
+from firsttoken.cache.outcome import CacheOutcome
+from firsttoken.config import Streaming
+from firsttoken.journey.timeline import Timeline
+from firsttoken.redact import Redactor
+from firsttoken.routing.sizing import TaskRouter
+from firsttoken.routing.targets import Target, TargetResolver
+from firsttoken.server import validate
+from firsttoken.server.admission import Admission
+from firsttoken.server.cached import send_cached, send_followed
+from firsttoken.server.disconnect import until_disconnect
+from firsttoken.server.egress import Egress
+from firsttoken.server.http import Headers, Receive, Scope, Send
+from firsttoken.server.reply import Reply
+from firsttoken.server.stream import StreamForwarder
+from firsttoken.server.usage import client_wants_usage
+from firsttoken.server.whole import Keep, forward_whole
+from firsttoken.upstream.adapter import UpstreamRequest
+from firsttoken.upstream.registry import UpstreamLink
+
+log = logging.getLogger("firsttoken.server")
+
+
+@dataclass(slots=True)
+class ChatRequest:
+    """One chat request, once admitted and sized."""
+    scope: Scope
+    receive: Receive
+    body: dict[str, Any]
+    model: str
+    stream: bool
+    targets: list[Target]
+
+    def build(self, link: UpstreamLink, target: Target) -> UpstreamRequest:
+        """The request as `target`'s upstream takes it."""
+        return link.adapter.chat(self.body, target.model, self.stream)
+
+
+class ChatCompletions:
+    def __init__(self, admission: Admission, egress: Egress, resolver: TargetResolver, sizing: TaskRouter | None,
+                 cache: EdgeCache | None, credentials: Redactor, streaming: Streaming) -> None:
+        self.admission = admission
+        self.egress = egress
+        self.resolver = resolver
+        self.sizing = sizing
+        self.cache = cache
+        self.flights = Flights()
+        self.credentials = credentials  # an answer that quotes one is never kept
+        self.streaming = streaming
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send, base: Headers, timeline: Timeline) -> None:
+        body = await self.admission.body(scope, receive, timeline)
+        model, stream = validate.chat_request(body)
+        timeline.model, timeline.stream = model, stream
+        request = ChatRequest(scope, receive, body, model, stream, await self._targets(scope, body, model, base))
+        reply = Reply(send, base, timeline, self.egress.alarms, self.streaming, client_wants_usage(body))
+        async with self.admission.limited(scope, timeline, body, stream):
+            await self._answer(request, reply)
+
+    async def _targets(self, scope: Scope, body: dict[str, Any], model: str, base: Headers) -> list[Target]:
+        """The targets of the model asked for; for the sizing alias, of the tier the request is sized to."""
+        sizing = self.sizing
+        if sizing is None or model != sizing.settings.alias:
+            return self.resolver.resolve(model)
+        tier, sized = await sizing.decide(scope["headers"], body)
+        base.append((b"x-firsttoken-size", sized))
+        return [target for name in sizing.settings.tiers[tier] for target in self.resolver.resolve(name)]
+
+    async def _answer(self, request: ChatRequest, reply: Reply) -> None:
+        """From the cache, from the identical request in flight, or from upstream (leading the identical
+        requests that come meanwhile)."""
+        lookup = await self._lookup(request, reply.timeline)
+        if lookup is None:
+            await self._forward(request, reply)
+            return
+        if lookup.hit is not None and await self._replay(request, reply, lookup):
+            return
+        flight = self.flights.get(lookup.key) if lookup.read else None
+        if flight is not None:
+            joined = await until_disconnect(request.receive, send_followed(reply, flight, request.stream,
+                                                                           reply.include_usage), self.egress.alarms)
+            if joined is not False:  # answered by the identical request in flight, or the client left (None)
+                return
+        reply.timeline.cache = CacheOutcome.MISS
+        flight = self.flights.lead(lookup.key, reply.timeline)
+        reply.capture = flight
+        try:
+            await self._forward(request, reply, self._keeper(lookup, reply.timeline, flight))
+        finally:
+            self.flights.land(lookup.key, flight)
+
+    async def _lookup(self, request: ChatRequest, timeline: Timeline) -> Lookup | None:
+        """What the cache has for this request; None when it neither reads nor writes the cache."""
+        if self.cache is None:
+            return None
+        looked_up = perf_counter()
+        lookup = await self.cache.lookup(request.scope["headers"], timeline.tenant, request.model,
+                                         [t.label for t in request.targets], request.body)
+        timeline.cache_ms = (perf_counter() - looked_up) * 1000.0
+        return lookup
+
+    async def _replay(self, request: ChatRequest, reply: Reply, lookup: Lookup) -> bool:
+        """The hit, in the shape asked for; False when it could not be replayed (dropped: a miss)."""
+        assert self.cache is not None and lookup.hit is not None
+        answer = await self.cache.replay(lookup, request.stream, reply.include_usage)
+        if answer is None:
+            return False
+        await send_cached(reply, answer, lookup.hit.model, request.stream, lookup.similarity)
+        return True
+
+    async def _forward(self, request: ChatRequest, reply: Reply, keep: Keep | None = None) -> None:
+        egress = self.egress
+        ordered = egress.router.order(request.model, request.targets, request.stream)  # only for requests sent on
+        if request.stream:
+            work = StreamForwarder(egress, reply, ordered, request.build, keep).run()
+        else:
+            work = forward_whole(egress, reply, ordered, request.build,
+                                 lambda link, data: link.adapter.chat_response(data), keep)
+        await until_disconnect(request.receive, work, egress.alarms)
+
+    def _keeper(self, lookup: Lookup, timeline: Timeline, flight: Flight) -> Keep:
+        """Where a clean answer to this request goes: to the requests that joined it, and into the cache
+        when it may be kept."""
+        cache = self.cache
+        assert cache is not None
+
+        def keep(kind: Kind, answer: bytes, headers: Any) -> None:
+            try:
+                gap = answer_gap(kind, answer, self.credentials)
+            except Exception:  # a bug; but the answer has reached its client, and keeping is optional
+                log.exception("could not check an answer from %s; not keeping it", timeline.route)
+                gap = "not checked"
+            if gap is not None:  # it reached this client as it was; nobody else gets it
+                cache.not_keeping(gap)
+                log.info("not keeping an answer from %s: %s", timeline.route, gap)
+                flight.finish(ended_well=True)
+                return
+            flight.finish(kind, answer)
+            cache.keep(lookup, kind, answer, timeline.route, headers)
+
+        return keep

@@ -1,0 +1,37 @@
+"""Where one attempt's answer goes. Every attempt, hedged or not, writes into an outlet: the client's own
+(server/reply.py, which writes straight through) or a hedge lane's (server/race.py, which holds its
+writes until its attempt wins the race, then writes through the client's)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from firsttoken.journey.timeline import Timeline
+from firsttoken.relay import Capture, Relay
+from firsttoken.server.http import Headers
+
+
+class Outlet(Protocol):
+    timeline: Timeline  # where the attempt's times go (a hedge's own until it wins, then the request's)
+    capture: Capture | None  # where the events it relays are also kept
+    lost: bool  # its race was decided for another attempt, and the router told so already
+
+    @property
+    def won(self) -> bool:
+        """Its writes reach the client."""
+        ...
+
+    async def claim(self) -> bool:
+        """The attempt has a whole answer: whether it may be the response (a lane's claim decides its race)."""
+        ...
+
+    async def begin(self, headers: Headers, relay: Relay | None = None) -> None:
+        """An upstream stream begins: the headers to pass on, and the relay that will move it."""
+        ...
+
+    async def write(self, data: bytes, last: bool = False) -> None: ...
+
+    async def whole(self, status: int, body: bytes, extra: Sequence[tuple[bytes, bytes]] = ()) -> None:
+        """A whole answer, once claimed."""
+        ...
