@@ -360,9 +360,11 @@ def _banner(settings: Settings, workers: int) -> None:
 def _run(settings: Settings, config_path: str | None, workers: int) -> None:
     import uvicorn
 
+    from firsttoken.server.fd_limit import raise_fd_limit
     from firsttoken.server.protocol import http_protocol
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    raise_fd_limit(settings)  # the workers inherit it
     # httptools with header and body deadlines and a bound on waiting connections; it pickles into the
     # worker processes with the settings it closes over
     options: dict[str, Any] = dict(host=settings.listen.host, port=settings.listen.port,

@@ -71,7 +71,11 @@ class Timeouts(_Strict):
 
 class Pool(_Strict):
     warm: int = Field(2, ge=0, le=256, description="connections opened at start-up and kept warm")
-    max: int = Field(256, ge=1, description="most connections open to this upstream at once")
+    # Streams hold their connection for as long as they generate: a limit is a queue for every request past
+    # it, so it is set by what one worker holds well (docs/benchmarks.md, many long streams), not by the
+    # short requests that return a connection within milliseconds.
+    max: int = Field(4096, ge=1, description="most connections open to this upstream at once; requests past it "
+                                             "wait (the journey's `pool` phase)")
     refresh_s: float = Field(20.0, gt=0, description="idle seconds after which warm connections are exercised")
     keepalive_s: float = Field(60.0, gt=0, description="how long an idle connection is kept by us")
 

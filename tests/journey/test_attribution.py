@@ -40,7 +40,7 @@ def test_phases_follow_the_vocabulary() -> None:
     assert p.gateway == pytest.approx(1.0) and p.decode == pytest.approx(1000.0)
     assert journey.tokens_per_s == pytest.approx(50.0) and not journey.reused_connection
     data = journey.to_dict()
-    assert set(data["phases"]) == {"client_rtt", "gateway", "cache", "connect", "ttfb", "rtt", "floor",
+    assert set(data["phases"]) == {"client_rtt", "gateway", "cache", "pool", "connect", "ttfb", "rtt", "floor",
                                    "distance tax", "queue+prefill", "ttft", "decode", "e2e"}
 
 

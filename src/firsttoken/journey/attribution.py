@@ -21,6 +21,7 @@ class Phases:
     client_rtt: float | None
     gateway: float
     cache: float
+    pool: float  # waiting for a free upstream connection
     connect: float
     ttfb: float
     rtt: float | None
@@ -107,7 +108,8 @@ def phases(timeline: Timeline) -> tuple[Phases, float | None, dict[str, float]]:
         decode = provider - queue_prefill if queue_prefill is not None and provider is not None else None
     result = Phases(
         client_rtt=timeline.client_rtt.smoothed_ms if timeline.client_rtt is not None else None,
-        gateway=timeline.gateway_ms(), cache=timeline.cache_ms, connect=connect, ttfb=ttfb, rtt=rtt, floor=floor,
+        gateway=timeline.gateway_ms(), cache=timeline.cache_ms, pool=timeline.pool_ms, connect=connect, ttfb=ttfb,
+        rtt=rtt, floor=floor,
         distance_tax=rtt - floor if rtt is not None and floor is not None else None,
         queue_prefill=queue_prefill, ttft=timeline.ttft_ms() if timeline.first_token else None, decode=decode,
         e2e=timeline.e2e_ms())
@@ -152,6 +154,7 @@ def verdict(journey: Journey, provider_ms: float | None = None) -> str:
     parts = {
         "client": p.client_rtt or 0.0,
         "gateway": p.gateway,
+        "pool": p.pool,
         "handshakes": p.connect,
         "distance": p.rtt or 0.0,
         "queue": p.queue_prefill or 0.0,
@@ -165,6 +168,9 @@ def verdict(journey: Journey, provider_ms: float | None = None) -> str:
     elif largest == "distance":
         floor = f", {p.floor:.0f} ms of it the speed of light in fibre" if p.floor is not None else ""
         words = f"most of this wait was distance: a {p.rtt:.0f} ms round trip{floor}"
+    elif largest == "pool":
+        words = (f"most of this wait was for a free connection to {journey.upstream}: {p.pool:.0f} ms, every one its "
+                 f"pool may hold was busy (raise upstreams.{journey.upstream}.pool.max)")
     elif largest == "handshakes":
         words = f"a new connection cost {p.connect:.0f} ms of handshakes"
     elif largest == "queue":

@@ -27,7 +27,7 @@ CREATE TABLE IF NOT EXISTS journeys (
     at REAL NOT NULL,               -- unix time the request arrived
     tenant TEXT, model TEXT, route TEXT, upstream TEXT,
     stream INTEGER, status INTEGER, attempts INTEGER, reused INTEGER,
-    client_rtt REAL, gateway REAL, cache REAL, connect REAL, ttfb REAL, rtt REAL, floor REAL,
+    client_rtt REAL, gateway REAL, cache REAL, pool REAL, connect REAL, ttfb REAL, rtt REAL, floor REAL,
     distance_tax REAL, queue_prefill REAL, ttft REAL, decode REAL, e2e REAL,
     output_tokens INTEGER, tokens_per_s REAL, itl_max REAL,
     upstream_timing TEXT,           -- the upstream's own Server-Timing header, as it sent it
@@ -40,9 +40,9 @@ CREATE INDEX IF NOT EXISTS journeys_at ON journeys (at);
 COLUMNS = ("id", "at", "tenant", "model", "route", "upstream", "stream", "status", "attempts", "reused",
            "client_rtt", "gateway", "cache", "connect", "ttfb", "rtt", "floor", "distance_tax", "queue_prefill",
            "ttft", "decode", "e2e", "output_tokens", "tokens_per_s", "itl_max", "upstream_timing", "hedge",
-           "error_code", "error")
+           "error_code", "error", "pool")
 # Columns added since the first schema, which a file written before them gains when it is opened.
-_ADDED = {"hedge": "TEXT", "error_code": "TEXT", "error": "TEXT"}
+_ADDED = {"hedge": "TEXT", "error_code": "TEXT", "error": "TEXT", "pool": "REAL"}
 
 # Rows go in as multi-row INSERTs of 2**k rows each (at most 256: 6 656 parameters, under SQLite's
 # 32 766): sqlite3 lets go of the GIL once per statement, and executemany's once per row made the
@@ -72,7 +72,8 @@ def row(timeline: Timeline, p: Phases, at: float) -> tuple[Any, ...]:
             p.client_rtt, p.gateway, p.cache, p.connect, p.ttfb, p.rtt, p.floor, p.distance_tax, p.queue_prefill,
             p.ttft, p.decode, p.e2e, timeline.output_tokens, tokens_per_s(timeline, p),
             timeline.max_gap * 1000.0 if timeline.token_events > 1 else None, timeline.upstream_timing,
-            timeline.hedge.decode().removeprefix("; ") or None, timeline.error_code or None, timeline.error or None)
+            timeline.hedge.decode().removeprefix("; ") or None, timeline.error_code or None, timeline.error or None,
+            p.pool)
 
 
 class JourneyLog:

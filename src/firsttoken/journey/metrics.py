@@ -29,7 +29,7 @@ _PHASE = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 
 
 # The metric's labels: the header's words, but "joined" for a request that joined one in flight.
 _CACHE_RESULTS = {outcome: "joined" if outcome is CacheOutcome.JOINED else outcome.value for outcome in CacheOutcome}
-_PHASES = ("client_rtt", "gateway", "connect", "rtt", "queue+prefill", "decode")
+_PHASES = ("client_rtt", "gateway", "pool", "connect", "rtt", "queue+prefill", "decode")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +44,7 @@ class _Series:
     input_tokens: Series
     client_rtt: Series
     gateway: Series
+    pool: Series
     connect: Series
     rtt: Series
     queue_prefill: Series
@@ -93,6 +94,8 @@ class Metrics:
         # (floor is a constant per upstream and e2e is the duration above: neither needs a histogram)
         series.gateway.observe(p.gateway / 1000)
         series.connect.observe(p.connect / 1000)
+        if p.pool:  # most requests find a free connection: a zero each would only bury the ones that waited
+            series.pool.observe(p.pool / 1000)
         if p.client_rtt is not None:
             series.client_rtt.observe(p.client_rtt / 1000)
         if p.rtt is not None:

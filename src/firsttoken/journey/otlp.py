@@ -88,9 +88,12 @@ def _phase_spans(t: Timeline, p: Phases) -> list[tuple[str, float, float]]:
     spans: list[tuple[str, float, float]] = []
     if t.sent:
         spans.append(("gateway", t.received, t.sent))
-        connected = t.sent + t.connect_ms / 1000.0
+        pooled = t.sent + t.pool_ms / 1000.0
+        if t.pool_ms:
+            spans.append(("pool", t.sent, pooled))
+        connected = pooled + t.connect_ms / 1000.0
         if t.connect_ms:
-            spans.append(("connect", t.sent, connected))
+            spans.append(("connect", pooled, connected))
         if t.first_byte:
             spans.append(("ttfb", connected, t.first_byte))
             if p.rtt is not None and p.queue_prefill is not None and t.stream:

@@ -17,10 +17,10 @@ from firsttoken.upstream.connector import Handshake
 
 class Timeline:
     __slots__ = ("request_id", "operation", "tenant", "model", "stream", "status", "received", "cache_ms",
-                 "sent", "first_byte", "first_token", "last_token", "last_byte", "max_gap", "connect_ms", "reused",
-                 "token_events", "output_tokens", "input_tokens", "route", "upstream", "attempts", "client_rtt",
-                 "upstream_rtt", "upstream_timing", "floor_ms", "handshake", "cache", "similarity", "hedge",
-                 "error_code", "error")
+                 "sent", "first_byte", "first_token", "last_token", "last_byte", "max_gap", "pool_ms", "connect_ms",
+                 "reused", "token_events", "output_tokens", "input_tokens", "route", "upstream", "attempts",
+                 "client_rtt", "upstream_rtt", "upstream_timing", "floor_ms", "handshake", "cache", "similarity",
+                 "hedge", "error_code", "error")
 
     def __init__(self, request_id: str = "") -> None:
         self.received = perf_counter()
@@ -38,6 +38,7 @@ class Timeline:
         self.last_token = 0.0
         self.last_byte = 0.0
         self.max_gap = 0.0  # the longest wait between two reads that carried tokens (s)
+        self.pool_ms = 0.0  # waiting for a free upstream connection (every one the pool may hold was busy)
         self.connect_ms = 0.0  # DNS + TCP + TLS of a new upstream connection; 0 when one was reused
         self.handshake: Handshake | None = None  # how that new connection opened, step by step
         self.reused = False
@@ -59,9 +60,9 @@ class Timeline:
         self.error = ""
 
     # What one upstream attempt records; a hedge records them on a timeline of its own, adopted if it wins.
-    _ATTEMPT = ("sent", "first_byte", "first_token", "last_token", "max_gap", "connect_ms", "handshake", "reused",
-                "token_events", "route", "upstream", "upstream_rtt", "upstream_timing", "floor_ms", "error_code",
-                "error")
+    _ATTEMPT = ("sent", "first_byte", "first_token", "last_token", "max_gap", "pool_ms", "connect_ms", "handshake",
+                "reused", "token_events", "route", "upstream", "upstream_rtt", "upstream_timing", "floor_ms",
+                "error_code", "error")
 
     def for_hedge(self) -> Timeline:
         """A timeline for a second attempt at this request, to race the first."""
@@ -97,10 +98,11 @@ class Timeline:
         self.connect_ms = handshake.total_ms if handshake is not None else 0.0
 
     def ttfb_ms(self) -> float:
-        """Request sent upstream → first response byte: after the handshakes, when a connection opened."""
+        """Request sent upstream → first response byte: after any wait for a free connection, and the
+        handshakes when a connection opened."""
         if not (self.first_byte and self.sent):
             return 0.0
-        return max((self.first_byte - self.sent) * 1000.0 - self.connect_ms, 0.0)
+        return max((self.first_byte - self.sent) * 1000.0 - self.pool_ms - self.connect_ms, 0.0)
 
     def ttft_ms(self) -> float:
         return (self.first_token - self.received) * 1000.0 if self.first_token else 0.0
@@ -121,6 +123,8 @@ class Timeline:
         if self.handshake is not None:
             h = self.handshake
             timing += f", dns;dur={h.dns_ms:.2f}, tcp;dur={h.tcp_ms:.2f}, tls;dur={h.tls_ms:.2f}"
+        if self.pool_ms:
+            timing += f", pool;dur={self.pool_ms:.2f}"
         rtt = self.rtt_ms()
         if rtt is not None:
             timing += f", rtt;dur={rtt:.2f}"

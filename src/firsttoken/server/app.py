@@ -49,6 +49,7 @@ from firsttoken.server.http import (
 )
 from firsttoken.server.ops import Ops
 from firsttoken.sim.embedded import EmbeddedRegion
+from firsttoken.upstream.metrics import PoolCollector
 from firsttoken.upstream.registry import Upstreams
 
 log = logging.getLogger("firsttoken.server")
@@ -82,6 +83,7 @@ class Gateway:
         if self.cache is not None:
             self.metrics.registry.register(CacheCollector(self.cache))
         self.metrics.registry.register(RoutingCollector(router, self.keep_warm))
+        self.metrics.registry.register(PoolCollector(upstreams))
         self.task_router = TaskRouter(settings.sizing) if settings.sizing is not None else None
         self.client_limits = ClientLimits(settings.keys, settings.limits.redis)
         keys = ClientKeys(settings.keys)

@@ -24,7 +24,7 @@ from firsttoken.routing.targets import Target
 from firsttoken.server.deadline import CLIENT_DEADLINE, passed_if_clients
 from firsttoken.server.http import Headers
 from firsttoken.upstream.adapter import UpstreamRequest
-from firsttoken.upstream.connector import protocol_of
+from firsttoken.upstream.connector import protocol_of, take_queued_ms
 from firsttoken.upstream.registry import UpstreamLink, Upstreams
 
 # Failures to get or read a response (the connection, or a response that is not HTTP): the next target
@@ -119,6 +119,7 @@ async def _open(link: UpstreamLink, request: UpstreamRequest, timeline: Timeline
     session, connector = link.pool.session, link.pool.connector
     assert session is not None and connector is not None
     opened = connector.connections_opened
+    take_queued_ms()  # an earlier attempt's wait (one that failed) is not this one's
     try:
         # No redirects: aiohttp would carry api-key / x-api-key headers to wherever they point.
         response = await session.post(request.url, data=request.data, headers=request.headers,
@@ -131,6 +132,7 @@ async def _open(link: UpstreamLink, request: UpstreamRequest, timeline: Timeline
         response = await session.post(request.url, data=request.data, headers=request.headers,
                                       allow_redirects=False)
     timeline.first_byte = perf_counter()
+    timeline.pool_ms = take_queued_ms()
     timeline.opened(connector.handshake(response))
     timeline.upstream_rtt = UPSTREAM_RTT.rtt(getattr(protocol_of(response), "transport", None),
                                              timeline.first_byte, fresh=not timeline.reused)

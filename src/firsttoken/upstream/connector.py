@@ -9,6 +9,7 @@ connected and before the TLS handshake starts, in the task that is opening the c
 
 from __future__ import annotations
 
+import logging
 import weakref
 from collections.abc import Sequence
 from contextvars import ContextVar
@@ -17,6 +18,9 @@ from time import perf_counter
 from typing import Any
 
 import aiohttp
+
+log = logging.getLogger("firsttoken.pool")
+WAIT_WARNING_S = 60.0  # at most one warning a minute per pool: a queue that lasts is one problem, not thousands
 
 
 @dataclass(slots=True)
@@ -50,15 +54,21 @@ class Handshake:
 
 
 _opening: ContextVar[Handshake | None] = ContextVar("firsttoken_opening", default=None)
+# Seconds the current task's requests waited for a free connection (the pool at its limit), until taken.
+_queued: ContextVar[float] = ContextVar("firsttoken_queued", default=0.0)
 
 
 class TimedConnector(aiohttp.TCPConnector):
     """A TCPConnector that keeps, for each connection it opened, how the opening went."""
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, name: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.name = name  # the upstream's, for the warning when requests queue for a connection
+        self._warned_at = -WAIT_WARNING_S
         self.opened: weakref.WeakKeyDictionary[Any, Handshake] = weakref.WeakKeyDictionary()
         self.connections_opened = 0  # ever, by this connector
+        self.waiting = 0  # requests waiting for a free connection now (every one the limit allows is busy)
+        self.waited = 0  # requests that had to wait, ever
         make_protocol = self._factory
 
         def timed_factory() -> Any:
@@ -89,6 +99,22 @@ class TimedConnector(aiohttp.TCPConnector):
         self.opened[protocol] = handshake
         return protocol
 
+    async def _wait_for_available_connection(self, key: Any, traces: Any) -> None:
+        # Only a request that finds the pool at its limit comes here: timing it costs the others nothing.
+        started = perf_counter()
+        self.waiting += 1
+        self.waited += 1
+        if started - self._warned_at >= WAIT_WARNING_S:
+            self._warned_at = started
+            log.warning("upstream %s: requests are waiting for a free connection (%d now): all %d its pool may "
+                        "hold are busy, most likely with long streams; raise upstreams.%s.pool.max", self.name,
+                        self.waiting, self.limit, self.name)
+        try:
+            await super()._wait_for_available_connection(key, traces)
+        finally:
+            self.waiting -= 1
+            _queued.set(_queued.get() + perf_counter() - started)
+
     def handshake(self, response: aiohttp.ClientResponse) -> Handshake | None:
         """How this response's connection was opened, or None when it was reused (asked once: it is
         forgotten here, so the next request on the same connection reads as reused)."""
@@ -103,3 +129,12 @@ def protocol_of(response: aiohttp.ClientResponse) -> Any:
     if protocol is None and response.connection is not None:
         protocol = response.connection.protocol
     return protocol
+
+
+def take_queued_ms() -> float:
+    """How long this task's last request waited for a free connection (ms; 0 when one was free)."""
+    waited = _queued.get()
+    if not waited:
+        return 0.0
+    _queued.set(0.0)
+    return waited * 1000.0

@@ -53,7 +53,7 @@ class WarmPool:
         if self.settings.ca_file:
             tls = ssl.create_default_context(cafile=self.settings.ca_file)
         self.connector = connector = TimedConnector(
-            ssl=tls, limit=pool.max, limit_per_host=pool.max, keepalive_timeout=pool.keepalive_s,
+            self.name, ssl=tls, limit=pool.max, limit_per_host=pool.max, keepalive_timeout=pool.keepalive_s,
             ttl_dns_cache=300, enable_cleanup_closed=True,
         )
         self.session = aiohttp.ClientSession(
