@@ -1,11 +1,13 @@
-"""What a gateway adds: the same load sent directly, through firsttoken, through LiteLLM's proxy and
-through nginx proxy_pass, against one minimal fast upstream, in one run on one machine.
+"""What a gateway adds: the same load sent directly, through firsttoken, through LiteLLM's proxy, through
+Portkey's open-source gateway and through nginx proxy_pass, against one minimal fast upstream, in one run
+on one machine.
 
-    .venv/bin/python bench/gateway_overhead.py [--seconds 5] [--repeat 3] [--skip-litellm]
+    .venv/bin/python bench/gateway_overhead.py [--seconds 5] [--repeat 3] [--skip-litellm] [--skip-portkey]
 
 Prints requests/s and p50/p99 latency added over the direct path, at concurrency 1 and 32,
 non-streaming and streaming, with the ratios the targets are stated in. LiteLLM is pip-installed
-into bench/.work/litellm on first use. A benchmark, run by hand; CI never runs it.
+into bench/.work/litellm and Portkey npm-installed into bench/.work/portkey on first use (Portkey needs
+node and npm). A benchmark, run by hand; CI never runs it.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -30,6 +34,23 @@ import wrk  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / "bench" / ".work"
 LITELLM_VENV = WORK / "litellm"
+PORTKEY_DIR = WORK / "portkey"
+PORTKEY_VERSION = "1.15.2"
+# What Portkey's own package-lock.json (and so its Docker image) runs on. The package's ranges let npm pick a
+# newer @hono/node-server, whose Response keeps the upstream fetch's immutable headers, and then every streamed
+# reply fails with "TypeError: immutable" (Portkey-AI/gateway#1389); JSON replies still work.
+PORTKEY_PINS = {"@hono/node-server": "1.13.5", "@hono/node-ws": "1.2.0", "hono": "4.9.7"}
+# Portkey's start-server.js has no host option and listens on every interface: this, loaded with node --import,
+# makes a listen() without a host listen on the loopback only.
+PORTKEY_LOOPBACK = """import net from "node:net";
+const listen = net.Server.prototype.listen;
+net.Server.prototype.listen = function (port, host, ...rest) {
+  if (typeof port === "number" && (host === undefined || typeof host === "function")) {
+    return listen.call(this, port, "127.0.0.1", ...(host === undefined ? rest : [host, ...rest]));
+  }
+  return listen.call(this, port, host, ...rest);
+};
+"""
 CLIENT_KEY = wrk.CLIENT_KEY
 
 
@@ -62,6 +83,21 @@ def ensure_litellm() -> Path:
         subprocess.run([sys.executable, "-m", "venv", str(LITELLM_VENV)], check=True)
         subprocess.run([str(LITELLM_VENV / "bin" / "pip"), "install", "-q", "litellm[proxy]"], check=True)
     return binary
+
+
+def ensure_portkey() -> Path:
+    """Portkey's gateway, npm-installed into bench/.work/portkey (again whenever the pins here change)."""
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        sys.exit("Portkey needs node and npm (Debian: sudo apt-get install -y nodejs npm); or pass --skip-portkey")
+    entry = PORTKEY_DIR / "node_modules" / "@portkey-ai" / "gateway" / "build" / "start-server.js"
+    manifest = {"private": True, "dependencies": {"@portkey-ai/gateway": PORTKEY_VERSION}, "overrides": PORTKEY_PINS}
+    package = PORTKEY_DIR / "package.json"
+    if not entry.exists() or not package.exists() or json.loads(package.read_text()) != manifest:
+        PORTKEY_DIR.mkdir(parents=True, exist_ok=True)
+        package.write_text(json.dumps(manifest, indent=2) + "\n")
+        subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--loglevel=error"], cwd=PORTKEY_DIR, check=True)
+    (PORTKEY_DIR / "loopback.mjs").write_text(PORTKEY_LOOPBACK)
+    return entry
 
 
 def baseline_source(revision: str) -> Path:
@@ -137,27 +173,66 @@ def litellm(upstream: int) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
 
 
+def portkey_headers(upstream: int, stream: bool) -> dict[str, str]:
+    """Portkey is configured per request: provider, where that provider is, and the provider key."""
+    return {"x-portkey-provider": "openai",
+            "x-portkey-custom-host": f"http://127.0.0.1:{upstream}/{'sse' if stream else 'json'}/v1",
+            "Authorization": "Bearer sk-bench"}
+
+
+def check_proxied(url: str, headers_for: dict[bool, dict[str, str]]) -> None:
+    """One JSON and one streamed request: a 200 with the upstream's answer, byte for byte, or no measuring."""
+    for stream in (False, True):
+        request = urllib.request.Request(url, fixtures.request_body("bench", stream).encode(),
+                                         {"Content-Type": "application/json", **headers_for[stream]})
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            status, body = reply.status, reply.read().decode()
+        expected = fixtures.STREAM if stream else fixtures.COMPLETION
+        if status != 200 or body != expected:
+            raise RuntimeError(f"{url} ({'stream' if stream else 'json'}) answered {status}: {body[:300]!r}")
+
+
+@contextmanager
+def portkey(upstream: int) -> Iterator[str]:
+    """Portkey's gateway, one Node process (one worker), headless (no console UI), on the loopback. Its
+    streaming path waits a fixed 25 ms before passing on the first chunk (src/handlers/streamHandler.ts),
+    which alone bounds streamed requests at c=1 to about 40/s."""
+    entry = ensure_portkey()
+    port = fixtures.free_port()
+    argv = ["node", "--import", (PORTKEY_DIR / "loopback.mjs").as_uri(), str(entry), f"--port={port}", "--headless"]
+    with process(argv, WORK / "portkey.log"):
+        fixtures.wait_for(f"http://127.0.0.1:{port}/")
+        url = f"http://127.0.0.1:{port}/v1/chat/completions"
+        check_proxied(url, {stream: portkey_headers(upstream, stream) for stream in (False, True)})
+        yield url
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=int, default=5, help="length of one wrk run")
     parser.add_argument("--repeat", type=int, default=3, help="wrk runs per cell; the median one is reported "
                                                                 "(this machine is shared and noisy)")
     parser.add_argument("--skip-litellm", action="store_true")
+    parser.add_argument("--skip-portkey", action="store_true")
     parser.add_argument("--baseline", metavar="REVISION",
                         help="also measure firsttoken (1 worker) as it was at this git revision")
     parser.add_argument("--json", type=Path, help="also write the raw figures here")
     args = parser.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
+    if not args.skip_portkey:
+        ensure_portkey()  # before minutes of measuring, not after
     upstream_port, proxy_port = fixtures.free_port(), fixtures.free_port()
 
     results: dict[str, dict[str, wrk.WrkResult]] = {}
 
-    def measure(name: str, url_for: dict[bool, str], model_for: dict[bool, str]) -> None:
+    def measure(name: str, url_for: dict[bool, str], model_for: dict[bool, str],
+                headers_for: dict[bool, dict[str, str]] | None = None) -> None:
         for stream in (False, True):
             for connections in (1, 32):
                 key = f"{'stream' if stream else 'json'}-c{connections}"
                 runs = [wrk.run(url_for[stream], fixtures.request_body(model_for[stream], stream), connections,
-                                args.seconds, WORK) for _ in range(args.repeat)]
+                                args.seconds, WORK, headers=(headers_for or {}).get(stream))
+                        for _ in range(args.repeat)]
                 result = sorted(runs, key=lambda r: r.requests_per_s)[len(runs) // 2]
                 results.setdefault(name, {})[key] = result
                 print(f"  {name:<18} {key:<10} {result.requests_per_s:>9.0f} req/s  p50 {result.p50_ms:7.3f} ms  "
@@ -190,6 +265,10 @@ def main() -> None:
             with litellm(upstream_port) as proxy:
                 url = f"{proxy}/v1/chat/completions"
                 measure("litellm w1", {False: url, True: url}, aliases)
+        if not args.skip_portkey:
+            with portkey(upstream_port) as url:
+                measure("portkey w1", {False: url, True: url}, same,
+                        {stream: portkey_headers(upstream_port, stream) for stream in (False, True)})
 
     print()
     print(report(results))
@@ -218,6 +297,9 @@ def report(results: dict[str, dict[str, wrk.WrkResult]]) -> str:
         if "litellm w1" in results:
             lines.append(f"| firsttoken w1 / litellm w1 req/s | {mode} | {c} | "
                          f"{ours[key].requests_per_s / results['litellm w1'][key].requests_per_s:.1f}× |")
+        if "portkey w1" in results:
+            lines.append(f"| firsttoken w1 / portkey w1 req/s | {mode} | {c} | "
+                         f"{ours[key].requests_per_s / results['portkey w1'][key].requests_per_s:.2f}× |")
         lines.append(f"| firsttoken w1 / nginx req/s | {mode} | {c} | "
                      f"{ours[key].requests_per_s / results['nginx proxy_pass'][key].requests_per_s:.1%} |")
         lines.append(f"| firsttoken w1 / raw ASGI floor req/s | {mode} | {c} | "
