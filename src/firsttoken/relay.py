@@ -71,18 +71,35 @@ class Capture(Protocol):
     def __len__(self) -> int: ...
 
 
+class Sink(Protocol):
+    """Where a relayed stream goes: its writes, the timeline its times go on, the capture of its events."""
+
+    timeline: Timeline
+    capture: Capture | None
+
+    async def write(self, data: bytes, last: bool = False) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """The upstream a stream comes from, as the relay needs it."""
+
+    name: str
+    idle_s: float  # the longest wait for its next chunk once tokens flow
+    translator: StreamTranslator | None = None  # its events into OpenAI's, when it speaks another format
+    redactor: Redactor | None = None  # the credentials sent to it, removed from every read
+
+
 class Relay:
     """Moves one upstream response's events to the client."""
 
-    def __init__(self, response: aiohttp.ClientResponse, write: Write, timeline: Timeline, *,
-                 translator: StreamTranslator | None, strip_usage: bool, alarms: Alarms, heartbeat: Heartbeat,
-                 first_token_deadline: float, idle_s: float, upstream: str, redactor: Redactor | None = None,
-                 capture: Capture | None = None, deadline_error: GatewayError | None = None,
-                 on_first_token: Callable[[], None] | None = None) -> None:
+    def __init__(self, response: aiohttp.ClientResponse, sink: Sink, source: Source, *, alarms: Alarms,
+                 heartbeat: Heartbeat, first_token_deadline: float, deadline_error: GatewayError | None = None,
+                 strip_usage: bool, on_first_token: Callable[[], None] | None = None) -> None:
         self.response = response
-        self.write = write
-        self.timeline = timeline
-        self.translator = translator
+        self.write: Write = sink.write
+        self.timeline = sink.timeline
+        self.translator = source.translator
         self.strip_usage = strip_usage
         self.alarms = alarms
         self.heartbeat = heartbeat
@@ -91,13 +108,13 @@ class Relay:
         # so no fault of the upstream's); None: the upstream timed out.
         self.deadline_error = deadline_error
         self.on_first_token = on_first_token  # told once, as the first token arrives
-        self.idle_s = idle_s
-        self.upstream = upstream
+        self.idle_s = source.idle_s
+        self.upstream = source.name
         # The credentials sent upstream, removed from every read before it is looked at (an error event may
         # quote the key); None when there are none.
-        self.redactor = redactor or None
+        self.redactor = source.redactor or None
         self.result = RelayResult()
-        self.capture = capture  # every event, usage too, for the cache: what a replay would send
+        self.capture = sink.capture  # every event, usage too, for the cache: what a replay would send
         self._done = False
         self._out: list[bytes] = []  # events of the current read, written together at its end
         self._read_at = 0.0  # when the current read arrived: the time of the tokens it carries

@@ -11,7 +11,7 @@ import pytest
 from firsttoken.alarms import Alarms
 from firsttoken.journey.timeline import Timeline
 from firsttoken.redact import Redactor
-from firsttoken.relay import BROKEN, Relay
+from firsttoken.relay import BROKEN, Relay, Source
 from firsttoken.sse import EventSplitter
 
 
@@ -36,23 +36,30 @@ class Stream:
         return self._reads.pop(0) if self._reads else b""
 
 
+class Written:
+    """A sink that keeps what the relay writes."""
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+        self.timeline = Timeline()
+        self.capture = None
+
+    async def write(self, data: bytes, last: bool = False) -> None:
+        self.written.append(data)
+
+
 async def relay(reads: list[bytes], strip_usage: bool, stream: Stream | None = None,
                 redactor: Redactor | None = None) -> tuple[list[bytes], Relay]:
-    written: list[bytes] = []
-
-    async def write(data: bytes, last: bool) -> None:
-        written.append(data)
-
+    sink = Written()
     alarms = Alarms()
     alarms.start()
     try:
-        r = Relay(stream or Stream(reads), write, Timeline(), translator=None, strip_usage=strip_usage, alarms=alarms,
-                  heartbeat=alarms.heartbeat(60, lambda: None), first_token_deadline=alarms.now() + 5,
-                  idle_s=5, upstream="test", redactor=redactor)
+        r = Relay(stream or Stream(reads), sink, Source("test", 5, redactor=redactor), strip_usage=strip_usage,
+                  alarms=alarms, heartbeat=alarms.heartbeat(60, lambda: None), first_token_deadline=alarms.now() + 5)
         await r.run()
     finally:
         await alarms.close()
-    return written, r
+    return sink.written, r
 
 
 USAGE = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}

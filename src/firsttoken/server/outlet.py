@@ -7,14 +7,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from firsttoken.journey.timeline import Timeline
-from firsttoken.relay import Capture, Relay
+from firsttoken.relay import Relay, Sink
 from firsttoken.server.http import Headers
 
 
-class Outlet(Protocol):
-    timeline: Timeline  # where the attempt's times go (a hedge's own until it wins, then the request's)
-    capture: Capture | None  # where the events it relays are also kept
+class Outlet(Sink, Protocol):
+    """A relay's sink (its timeline: a hedge's own until it wins, then the request's), and more."""
+
     lost: bool  # its race was decided for another attempt, and the router told so already
 
     @property
@@ -29,8 +28,6 @@ class Outlet(Protocol):
     async def begin(self, headers: Headers, relay: Relay | None = None) -> None:
         """An upstream stream begins: the headers to pass on, and the relay that will move it."""
         ...
-
-    async def write(self, data: bytes, last: bool = False) -> None: ...
 
     async def whole(self, status: int, body: bytes, extra: Sequence[tuple[bytes, bytes]] = ()) -> None:
         """A whole answer, once claimed."""

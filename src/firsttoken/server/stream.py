@@ -14,7 +14,7 @@ import orjson
 from firsttoken.cache.replay import completion_chunks
 from firsttoken.errors import CLIENT_GAVE_UP, GatewayError, bad_gateway
 from firsttoken.journey.timeline import Timeline
-from firsttoken.relay import Relay, RelayResult
+from firsttoken.relay import Relay, RelayResult, Source
 from firsttoken.routing.outcome import Ended, Outcome
 from firsttoken.routing.targets import Target
 from firsttoken.server.deadline import passed_if_clients
@@ -93,11 +93,11 @@ class StreamForwarder:
         gave_up = passed_if_clients(attempt.deadline)
         router = self.egress.router
         assert reply.heartbeat is not None, "a stream keeps its client's connection alive (run)"
-        relay = Relay(response, outlet.write, outlet.timeline, translator=link.adapter.stream_translator(True),
+        source = Source(link.name, link.settings.timeouts.idle, link.adapter.stream_translator(True),
+                        link.adapter.redactor)
+        relay = Relay(response, outlet, source, alarms=alarms, heartbeat=reply.heartbeat,
+                      first_token_deadline=attempt.deadline, deadline_error=gave_up,
                       strip_usage=not reply.include_usage,  # the usage chunk is ours either way
-                      alarms=alarms, heartbeat=reply.heartbeat,
-                      first_token_deadline=attempt.deadline, idle_s=link.settings.timeouts.idle, upstream=link.name,
-                      redactor=link.adapter.redactor, capture=outlet.capture, deadline_error=gave_up,
                       on_first_token=lambda: router.first_token(target))
         await outlet.begin(passthrough_headers(link, response), relay)
         result = await relay.run()
