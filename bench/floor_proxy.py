@@ -18,7 +18,7 @@ async def app(scope, receive, send):  # type: ignore[no-untyped-def]
     global session
     if scope["type"] == "lifespan":
         while (await receive())["type"] == "lifespan.startup":
-            session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256))
+            session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
             await send({"type": "lifespan.startup.complete"})
         await send({"type": "lifespan.shutdown.complete"})
         return

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from firsttoken.alarms import Alarms, Heartbeat
+from firsttoken.alarms import Alarms, Deadline, Heartbeat
 from firsttoken.config import Streaming
 from firsttoken.errors import GatewayError
 from firsttoken.journey.timeline import Timeline
@@ -20,7 +20,7 @@ from firsttoken.sse import DONE, HEARTBEAT, error_event
 
 class Reply:
     __slots__ = ("send", "base", "timeline", "alarms", "streaming", "include_usage", "capture", "heartbeat",
-                 "started", "ended")
+                 "started", "ended", "_stall")
     lost = False  # an outlet's: only a hedge lane can lose its race
 
     def __init__(self, send: Send, base: Headers, timeline: Timeline, alarms: Alarms, streaming: Streaming,
@@ -35,6 +35,7 @@ class Reply:
         self.heartbeat: Heartbeat | None = None
         self.started = False  # the response's status and headers went out
         self.ended = False  # and its last byte
+        self._stall: Deadline | None = None  # made once, moved for each write: a long stream makes thousands
 
     # --- the outlet -----------------------------------------------------------------------------
 
@@ -84,12 +85,15 @@ class Reply:
             self.ended = True
             if self.heartbeat is not None and self.heartbeat.active:
                 await self.heartbeat.stop()
-        stall_s = self.streaming.client_stall_s
+        stall = self._stall
+        if stall is None:
+            stall = self._stall = self.alarms.deadline(0.0)
+        stall.reschedule(self.alarms.now() + self.streaming.client_stall_s)
         try:
-            with self.alarms.deadline(self.alarms.now() + stall_s):
+            with stall:
                 await self.send({"type": "http.response.body", "body": data, "more_body": not last})
         except TimeoutError:
-            raise ClientStalled(f"the client read nothing for {stall_s:g} s") from None
+            raise ClientStalled(f"the client read nothing for {self.streaming.client_stall_s:g} s") from None
 
     async def whole(self, status: int, body: bytes, extra: Sequence[tuple[bytes, bytes]] = ()) -> None:
         """A whole answer (JSON), headers and body at once."""
