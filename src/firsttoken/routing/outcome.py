@@ -33,6 +33,12 @@ class Outcome:
     ms: float | None = None
 
     @classmethod
+    def answered(cls, sent: float, first: float) -> Outcome:
+        """An answer whose first token (or byte) came at `first`, the request having left at `sent`
+        (perf_counter readings; 0.0: not known)."""
+        return cls(Ended.ANSWERED, ms=(first - sent) * 1000.0 if first and sent else None)
+
+    @classmethod
     def failed(cls, failure: GatewayError) -> Outcome:
         """No answer: what the failure says of the target."""
         if failure.code == CLIENT_GAVE_UP:

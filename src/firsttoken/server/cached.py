@@ -30,10 +30,10 @@ async def send_cached(reply: Reply, answer: bytes, route: str, stream: bool, sim
     timeline.last_byte = perf_counter()
 
 
-async def send_followed(reply: Reply, flight: Flight, stream: bool, include_usage: bool) -> bool:
+async def send_followed(reply: Reply, flight: Flight, stream: bool) -> bool:
     """The answer of the identical request in flight, as it comes. False when that one failed before this
     one had sent anything (or its answer was not one to share): it should then go upstream itself."""
-    timeline = reply.timeline
+    timeline, include_usage = reply.timeline, reply.include_usage
     timeline.cache = CacheOutcome.JOINED
     if not stream:
         await flight.finished()

@@ -28,9 +28,10 @@ class Catalog:
         body = await self.admission.body(scope, receive, timeline)
         timeline.operation = "embeddings"
         timeline.model = validate.embeddings_request(body)
-        targets = self.egress.router.order(timeline.model, self.resolver.resolve(timeline.model), False)
+        targets = self.resolver.resolve(timeline.model)
         reply = Reply(send, base, timeline, self.egress.alarms, self.streaming)
         async with self.admission.limited(scope, timeline, body, False):
+            targets = self.egress.router.order(timeline.model, targets, False)  # only for requests sent on
             await until_disconnect(receive, forward_whole(
                 self.egress, reply, targets, lambda link, target: link.adapter.embeddings(body, target.model),
                 lambda link, data: link.adapter.embeddings_response(data)), self.egress.alarms)

@@ -92,8 +92,8 @@ class ChatCompletions:
             return
         flight = self.flights.get(lookup.key) if lookup.read else None
         if flight is not None:
-            joined = await until_disconnect(request.receive, send_followed(reply, flight, request.stream,
-                                                                           reply.include_usage), self.egress.alarms)
+            joined = await until_disconnect(request.receive, send_followed(reply, flight, request.stream),
+                                            self.egress.alarms)
             if joined is not False:  # answered by the identical request in flight, or the client left (None)
                 return
         reply.timeline.cache = CacheOutcome.MISS

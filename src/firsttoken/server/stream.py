@@ -153,8 +153,7 @@ def _ended(result: RelayResult | None, timeline: Timeline) -> Outcome:
     """How a stream that reached the client ended (None: it came whole), for the router: neither the
     client's deadline passing nor the upstream refusing the request in-stream is the target's fault."""
     if result is None or result.clean:
-        first = timeline.first_token or timeline.first_byte
-        return Outcome(Ended.ANSWERED, ms=(first - timeline.sent) * 1000.0 if first and timeline.sent else None)
+        return Outcome.answered(timeline.sent, timeline.first_token or timeline.first_byte)
     if result.code == CLIENT_GAVE_UP:
         return Outcome(Ended.CLIENT_DEADLINE)
     return Outcome(Ended.REFUSED if result.refused else Ended.BROKEN)

@@ -55,10 +55,9 @@ async def forward_whole(egress: Egress, reply: Reply, targets: list[Target], bui
             return Outcome.failed(fetched)
         if not await outlet.claim():
             return Outcome(Ended.LOST)
-        timeline = outlet.timeline
-        answered_ms = (timeline.first_byte - timeline.sent) * 1000.0 if timeline.first_byte and timeline.sent else None
+        answered = Outcome.answered(outlet.timeline.sent, outlet.timeline.first_byte)
         await _deliver(fetched, outlet, keep)
-        return Outcome(Ended.ANSWERED, ms=answered_ms)
+        return answered
 
     outcome = await try_targets(egress.router, targets, False, reply, attempt)
     if outcome.failure is not None:
