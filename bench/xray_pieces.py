@@ -13,6 +13,7 @@ import argparse
 import re
 import subprocess
 import sys
+import tempfile
 
 PIECES = {
     "timeline": "a Timeline made",
@@ -20,6 +21,7 @@ PIECES = {
     "phases": "phases() of a finished stream",
     "metrics": "Metrics.observe (phases excluded)",
     "row": "the log's row (phases excluded)",
+    "insert": "the log's SQLite insert of that row, in batches of 256 (row and phases excluded)",
     "recent": "RecentJourneys.add",
 }
 
@@ -27,7 +29,7 @@ PIECES = {
 def run_piece(piece: str, calls: int) -> None:
     """In the measured process: make `calls` finished timelines, then do `piece` to each."""
     from firsttoken.journey.attribution import phases
-    from firsttoken.journey.log import row
+    from firsttoken.journey.log import JourneyLog, row
     from firsttoken.journey.metrics import Metrics
     from firsttoken.journey.recent import RecentJourneys
     from firsttoken.journey.tcp_info import Rtt
@@ -44,7 +46,9 @@ def run_piece(piece: str, calls: int) -> None:
 
     metrics, recent = Metrics(), RecentJourneys(10_000)
     timelines = [finished(i) for i in range(calls)]
-    done = [phases(t)[0] for t in timelines] if piece in ("metrics", "row") else []
+    done = [phases(t)[0] for t in timelines] if piece in ("metrics", "row", "insert") else []
+    journey_log = JourneyLog(tempfile.mkdtemp() + "/journeys.db", 1_000_000, 86_400) if piece == "insert" else None
+    pending: list = []
     for i, t in enumerate(timelines):
         if piece == "timeline":
             Timeline("req")
@@ -57,6 +61,11 @@ def run_piece(piece: str, calls: int) -> None:
             metrics.observe(t, done[i])
         elif piece == "row":
             row(t, done[i], 1.0)
+        elif piece == "insert":
+            pending.append(row(t, done[i], 1.0))
+            if len(pending) == 256:
+                journey_log.write(pending)
+                pending = []
         elif piece == "recent":
             recent.add(t)
 
@@ -87,8 +96,10 @@ def main() -> None:
     print("|---|---|")
     for piece, what in PIECES.items():
         costs[piece] = per_call(piece) - empty
-        if piece in ("metrics", "row"):  # their process also ran phases() once a call, to feed them
+        if piece in ("metrics", "row", "insert"):  # their process also ran phases() once a call, to feed them
             costs[piece] -= costs["phases"]
+        if piece == "insert":
+            costs[piece] -= costs["row"]
         print(f"| {what} | {costs[piece]:,.0f} |", flush=True)
 
 

@@ -106,13 +106,12 @@ def phases(timeline: Timeline) -> tuple[Phases, float | None, dict[str, float]]:
         declared = [upstream_timing[k] for k in ("queue", "cold", "prefill") if k in upstream_timing]
         queue_prefill = min(sum(declared), provider) if declared and provider is not None else None
         decode = provider - queue_prefill if queue_prefill is not None and provider is not None else None
+    # Positional: with keywords the slotted __init__ matches 13 names, 2.7× the cost of the call (timeit).
     result = Phases(
-        client_rtt=timeline.client_rtt.smoothed_ms if timeline.client_rtt is not None else None,
-        gateway=timeline.gateway_ms(), cache=timeline.cache_ms, pool=timeline.pool_ms, connect=connect, ttfb=ttfb,
-        rtt=rtt, floor=floor,
-        distance_tax=rtt - floor if rtt is not None and floor is not None else None,
-        queue_prefill=queue_prefill, ttft=timeline.ttft_ms() if timeline.first_token else None, decode=decode,
-        e2e=timeline.e2e_ms())
+        timeline.client_rtt.smoothed_ms if timeline.client_rtt is not None else None,  # client_rtt
+        timeline.gateway_ms(), timeline.cache_ms, timeline.pool_ms, connect, ttfb, rtt, floor,
+        rtt - floor if rtt is not None and floor is not None else None,  # distance_tax
+        queue_prefill, timeline.ttft_ms() if timeline.first_token else None, decode, timeline.e2e_ms())
     return result, provider, upstream_timing
 
 

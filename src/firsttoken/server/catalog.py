@@ -30,11 +30,14 @@ class Catalog:
         timeline.model = validate.embeddings_request(body)
         targets = self.resolver.resolve(timeline.model)
         reply = Reply(send, base, timeline, self.egress.alarms, self.streaming)
-        async with self.admission.limited(scope, timeline, body, False):
+        charge = await self.admission.admit(scope, timeline, body, False)
+        try:
             targets = self.egress.router.order(timeline.model, targets, False)  # only for requests sent on
             await until_disconnect(receive, forward_whole(
                 self.egress, reply, targets, lambda link, target: link.adapter.embeddings(body, target.model),
                 lambda link, data: link.adapter.embeddings_response(data)), self.egress.alarms)
+        finally:
+            await self.admission.settle(charge, timeline)
 
     async def models(self, scope: Scope, receive: Receive, send: Send, base: Headers, timeline: Timeline) -> None:
         self.admission.keys.tenant(scope)

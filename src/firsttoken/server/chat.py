@@ -69,8 +69,11 @@ class ChatCompletions:
         timeline.model, timeline.stream = model, stream
         request = ChatRequest(scope, receive, body, model, stream, await self._targets(scope, body, model, base))
         reply = Reply(send, base, timeline, self.egress.alarms, self.streaming, client_wants_usage(body))
-        async with self.admission.limited(scope, timeline, body, stream):
+        charge = await self.admission.admit(scope, timeline, body, stream)
+        try:
             await self._answer(request, reply)
+        finally:
+            await self.admission.settle(charge, timeline)
 
     async def _targets(self, scope: Scope, body: dict[str, Any], model: str, base: Headers) -> list[Target]:
         """The targets of the model asked for; for the sizing alias, of the tier the request is sized to."""
