@@ -52,6 +52,8 @@ from firsttoken.sim.embedded import EmbeddedRegion
 from firsttoken.upstream.metrics import PoolCollector
 from firsttoken.upstream.registry import Upstreams
 
+FULL_COLLECTION_AFTER = 100  # middle collections (CPython's default: 10)
+
 log = logging.getLogger("firsttoken.server")
 
 Handler = Callable[[Scope, Receive, Send, Headers, Timeline], Awaitable[None]]
@@ -148,6 +150,13 @@ class Gateway:
                 # process: out of the collector's reach, a full collection no longer walks it (30 ms each,
                 # measured, and one every few thousand requests).
                 gc.freeze()
+                # A full collection walks every live object (about 140 per open stream) with the loop
+                # stopped: 20–50 ms at 1 000 open streams. Considered after every 100 middle collections
+                # rather than 10, it comes ten times less often; the requests keep leaving almost no cyclic
+                # garbage for it (none found in the full collections counted). docs/benchmarks.md,
+                # "Many long streams", has the p99 TTFT with each setting.
+                young, middle, _ = gc.get_threshold()
+                gc.set_threshold(young, middle, FULL_COLLECTION_AFTER)
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self.keep_warm.close()
