@@ -73,7 +73,7 @@ async def send(url: str, requests: int, concurrency: int, stream: bool | None = 
             for n in queue:
                 streaming = (n % 2 == 0) if stream is None else stream
                 body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "stream": streaming,
-                        "max_tokens": max_tokens}
+                        "max_tokens": max_tokens, "ignore_eos": True}  # every answer max_tokens long
                 started = time.perf_counter()
                 first, ok = None, False
                 async with client.stream("POST", "/v1/chat/completions", json=body) as reply:

@@ -46,7 +46,7 @@ def prompt(tokens: int, index: int) -> str:
 async def one_stream(session: aiohttp.ClientSession, url: str, model: str, prompt_tokens: int, max_tokens: int,
                      index: int, start_after_s: float = 0.0) -> int:
     await asyncio.sleep(start_after_s)
-    body = {"model": model, "max_tokens": max_tokens, "stream": True,
+    body = {"model": model, "max_tokens": max_tokens, "stream": True, "ignore_eos": True,  # every one max_tokens long
             "messages": [{"role": "user", "content": prompt(prompt_tokens, index)}]}
     tokens = 0
     async with session.post(url, json=body) as response:

@@ -100,6 +100,10 @@ def _fault_flags(stall: str | None, fail: str | None, queue_ms: float | None) ->
               help="Where the clients are (a city or lat,lon); with --region, each direction pays the fibre delay.")
 @click.option("--path-factor", "path_factor", type=float, default=None,
               help="Cable length over the great circle (default 1.5).")
+@click.option("--answers", type=click.Choice(["natural", "max_tokens"]), default=None,
+              help="natural (default): answers end at a length drawn from production traces for their kind of "
+                   "request; max_tokens: every answer runs to its max_tokens (as with ignore_eos).")
+@click.option("--seed", type=int, default=None, help="Of the answers' lengths (default 0).")
 @click.option("--stall", default=None, metavar="SHARE[:SECONDS]",
               help="Make that share of first tokens wait that much longer (default 2 s): --stall 0.1:2.")
 @click.option("--fail", default=None, metavar="SHARE[:500|503|reset]",

@@ -16,12 +16,12 @@ import orjson
 import pydantic
 from aiohttp import web
 
-from firsttoken.sim import text
+from firsttoken.sim import lengths, text
 from firsttoken.sim.delivery import Delivery
 from firsttoken.sim.engine import Sequence
 from firsttoken.sim.lateness import Lateness
 from firsttoken.sim.region import Overloaded, RateLimited, Region
-from firsttoken.sim.wire import BadRequest, Renderer, WireFormat
+from firsttoken.sim.wire import Ask, BadRequest, Renderer, WireFormat
 from firsttoken.sim.wire_anthropic import AnthropicMessages
 from firsttoken.sim.wire_openai import OpenAIChat
 
@@ -123,6 +123,13 @@ class SimServer:
             return self._error(self.openai, 400, message, code="invalid_faults")
         return web.json_response(settings.model_dump())
 
+    def _natural_length(self, ask: Ask) -> int | None:
+        """Where the answer ends on its own; None when it runs to max_tokens."""
+        settings = self.region.settings
+        if ask.ignore_eos or settings.answers == "max_tokens":
+            return None
+        return lengths.natural_length(ask.kind, lengths.fraction_for(settings.seed, ask.content))
+
     def _error(self, wire: WireFormat, status: int, message: str, param: str | None = None,
                code: str | None = None, headers: dict[str, str] | None = None,
                kind: str | None = None) -> web.Response:
@@ -143,7 +150,7 @@ class SimServer:
             self.region.check_fits(ask.model, ask.prompt_tokens, ask.max_tokens)
         except ValueError as exc:
             return self._error(wire, 400, str(exc), "max_tokens", "context_length_exceeded")
-        answer = text.answer(ask.max_tokens, ask.stop)
+        answer = text.answer(ask.max_tokens, ask.stop, self._natural_length(ask))
         await _until(loop.time() + one_way)  # the request crossing to the region
         arrived = loop.time()
         self.requests["received"] += 1

@@ -63,6 +63,10 @@ class SimSettings(_Strict):
     efficiency: EfficiencySettings = Field(default_factory=EfficiencySettings)
     catalogue: CatalogueAdditions = Field(default_factory=CatalogueAdditions)
     faults: FaultSettings = Field(default_factory=FaultSettings)
+    answers: Literal["natural", "max_tokens"] = Field(
+        "natural", description="natural: an answer ends at a length drawn for its kind of request from "
+        "production traces (sim/lengths.py); max_tokens: every answer runs to its max_tokens")
+    seed: int = Field(0, description="of the answers' lengths: the same request gets the same answer")
 
     @model_validator(mode="after")
     def _buildable(self) -> SimSettings:

@@ -26,36 +26,46 @@ def count_tokens(text: str) -> int:
     return len(_TOKEN.findall(text))
 
 
+def text_of(content: Any) -> str:
+    """A message's text: a string, or the text of its blocks."""
+    if isinstance(content, list):
+        return " ".join(str(block.get("text", "")) for block in content if isinstance(block, dict))
+    return str(content or "")
+
+
 def prompt_tokens(messages: Any) -> int:
     """Tokens in a chat's messages: their text, plus four per message for the role and separators."""
     total = 0
     for message in messages if isinstance(messages, list) else []:
         if not isinstance(message, dict):
             continue
-        content = message.get("content")
-        if isinstance(content, list):
-            content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-        total += 4 + count_tokens(str(content or ""))
+        total += 4 + count_tokens(text_of(message.get("content")))
     return max(total, 1)
 
 
 @dataclass(frozen=True)
 class Answer:
     pieces: list[str]  # one per token
-    finish: str  # "length" | "stop"
+    finish: str  # "length" (cut at max_tokens) | "stop" (it ended on its own, or at a stop sequence)
     stop_sequence: str | None = None  # the one that ended it
 
 
-def answer(max_tokens: int, stop: list[str]) -> Answer:
-    """The answer of at most `max_tokens` tokens, cut before the first stop sequence it would contain.
+def answer(max_tokens: int, stop: list[str], natural: int | None = None) -> Answer:
+    """The answer: `natural` tokens long when it ends on its own (None: it runs on), cut at `max_tokens`,
+    and before the first stop sequence it would contain.
 
     Linear in the answer's length: each new piece is searched together with only as much of the text
     before it as a stop sequence could straddle."""
+    ends = natural is not None and natural <= max_tokens
+    length = natural if ends and natural is not None else max_tokens
     pieces: list[str] = []
     reach = max((len(s) for s in stop), default=0)
     tail = ""  # the last `reach` characters of the text so far
-    for i in range(max_tokens):
-        piece = CORPUS[i % len(CORPUS)] if i == 0 else " " + CORPUS[i % len(CORPUS)]
+    for i in range(length):
+        word = CORPUS[i % len(CORPUS)]
+        if ends and i == length - 1 and word[-1].isalnum():
+            word += "."  # an answer that ends on its own ends a sentence
+        piece = word if i == 0 else " " + word
         if stop:
             window = tail + piece
             hits = [(at, s) for s in stop if (at := window.find(s)) >= 0]
@@ -75,4 +85,4 @@ def answer(max_tokens: int, stop: list[str]) -> Answer:
                 return Answer(pieces, "stop", sequence)
             tail = window[-reach:] if reach > 1 else ""
         pieces.append(piece)
-    return Answer(pieces, "length")
+    return Answer(pieces, "stop" if ends else "length")

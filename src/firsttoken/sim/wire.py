@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from firsttoken.sim.text import Answer
+from firsttoken.sim.lengths import Kind, kind_of
+from firsttoken.sim.text import Answer, text_of
 
 
 class BadRequest(Exception):
@@ -27,6 +28,9 @@ class Ask:
     stop: list[str]
     stream: bool
     include_usage: bool = False
+    kind: Kind = Kind.CHAT  # what the request asks for, which sets how long its answer runs
+    content: Any = None  # what makes it this request (not its max_tokens, not whether it streams)
+    ignore_eos: bool = False  # run to max_tokens (vLLM's flag, as benchmark harnesses send it)
 
 
 class Renderer(Protocol):
@@ -78,6 +82,17 @@ def conversation(body: Any, models: list[str], no_messages: str) -> tuple[dict[s
     if not isinstance(messages, list) or not messages:
         raise BadRequest(400, no_messages, "messages")
     return body, messages, served_model(body.get("model"), models)
+
+
+def identity(body: dict[str, Any], messages: list[Any], system: str) -> tuple[Kind, Any]:
+    """The request's kind, from its instructions (the system prompt and the last user message), and the
+    content its answer depends on."""
+    last_user = next((m.get("content") for m in reversed(messages)
+                      if isinstance(m, dict) and m.get("role") == "user"), "")
+    kind = kind_of(f"{system}\n{text_of(last_user)}")
+    content = {key: body.get(key) for key in ("model", "messages", "system", "tools", "tool_choice",
+                                              "response_format", "seed")}
+    return kind, content
 
 
 def served_model(value: Any, models: list[str]) -> str:

@@ -9,10 +9,10 @@ import orjson
 
 from firsttoken.sim import text
 from firsttoken.sim.text import Answer
-from firsttoken.sim.wire import Ask, BadRequest, conversation, positive_int, sim_timing, stop_list
+from firsttoken.sim.wire import Ask, BadRequest, conversation, identity, positive_int, sim_timing, stop_list
 
 _ids = itertools.count(1)
-_STOP_REASON = {"length": "max_tokens", "stop": "stop_sequence"}
+_STOP_REASON = {"length": "max_tokens", "stop": "end_turn"}
 # Anthropic's error types by status (docs.anthropic.com, "Errors"); 529 is its overload status.
 _ERROR_TYPE = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
                413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error",
@@ -41,8 +41,9 @@ class AnthropicMessages:
         max_tokens = positive_int(body["max_tokens"], "max_tokens")
         system = _system_text(body.get("system"))
         prompt = text.prompt_tokens(messages) + (4 + text.count_tokens(system) if system else 0)
+        kind, content = identity(body, messages, system)
         return Ask(model, prompt, max_tokens, stop_list(body.get("stop_sequences"), "stop_sequences"),
-                   bool(body.get("stream")))
+                   bool(body.get("stream")), False, kind, content, body.get("ignore_eos") is True)
 
     def renderer(self, ask: Ask, answer: Answer) -> AnthropicRenderer:
         return AnthropicRenderer(ask, answer)
@@ -61,6 +62,10 @@ class AnthropicRenderer:
                                               "delta": {"type": "text_delta", "text": ""}})
         self._prefix, self._suffix = head.split(b'""', 1)
 
+    @property
+    def stop_reason(self) -> str:
+        return "stop_sequence" if self.answer.stop_sequence is not None else _STOP_REASON[self.answer.finish]
+
     def _message(self, content: list[dict[str, Any]], stop_reason: str | None, output_tokens: int) -> dict[str, Any]:
         stop_sequence = self.answer.stop_sequence if stop_reason else None
         return {"id": self.id, "type": "message", "role": "assistant", "model": self.ask.model, "content": content,
@@ -69,7 +74,7 @@ class AnthropicRenderer:
 
     def whole(self) -> bytes:
         content = [{"type": "text", "text": "".join(self.answer.pieces)}]
-        return orjson.dumps(self._message(content, _STOP_REASON[self.answer.finish], len(self.answer.pieces)))
+        return orjson.dumps(self._message(content, self.stop_reason, len(self.answer.pieces)))
 
     def opening(self) -> bytes:
         start = _event("message_start", {"type": "message_start", "message": self._message([], None, 1)})
@@ -85,6 +90,6 @@ class AnthropicRenderer:
         stop = _event("content_block_stop", {"type": "content_block_stop", "index": 0})
         delta = _event("message_delta", {
             "type": "message_delta",
-            "delta": {"stop_reason": _STOP_REASON[self.answer.finish], "stop_sequence": self.answer.stop_sequence},
+            "delta": {"stop_reason": self.stop_reason, "stop_sequence": self.answer.stop_sequence},
             "usage": {"output_tokens": len(self.answer.pieces)}})
         return stop + delta + sim_timing(decode_ms) + _event("message_stop", {"type": "message_stop"})

@@ -10,7 +10,7 @@ import orjson
 
 from firsttoken.sim import text
 from firsttoken.sim.text import Answer
-from firsttoken.sim.wire import Ask, conversation, positive_int, sim_timing, stop_list
+from firsttoken.sim.wire import Ask, conversation, identity, positive_int, sim_timing, stop_list
 
 DEFAULT_MAX_TOKENS = 128
 _ids = itertools.count(1)
@@ -26,8 +26,11 @@ class OpenAIChat:
         max_tokens = DEFAULT_MAX_TOKENS if limit is None else positive_int(limit, param)
         options = body.get("stream_options")
         include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
+        system = " ".join(text.text_of(m.get("content")) for m in messages
+                          if isinstance(m, dict) and m.get("role") in ("system", "developer"))
+        kind, content = identity(body, messages, system)
         return Ask(model, text.prompt_tokens(messages), max_tokens, stop_list(body.get("stop"), "stop"),
-                   bool(body.get("stream")), include_usage)
+                   bool(body.get("stream")), include_usage, kind, content, body.get("ignore_eos") is True)
 
     def renderer(self, ask: Ask, answer: Answer) -> OpenAIRenderer:
         return OpenAIRenderer(ask, answer)
