@@ -3,6 +3,7 @@ region, which says plainly that it is one."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -80,3 +81,32 @@ def test_sim_section_errors_stop_the_start(tmp_path: Path, sim: dict, words: lis
     assert result.returncode == 2
     for word in words:
         assert word in result.stderr
+
+
+def test_an_agent_loop_and_structured_output_through_the_gateway(tmp_path: Path) -> None:
+    tool = {"type": "function", "function": {"name": "lookup_order", "description": "An order by its number",
+                                             "parameters": {"type": "object", "required": ["number"],
+                                                            "properties": {"number": {"type": "integer"}}}}}
+    with GatewayProcess({"sim": {"models": ["llama-3.2-1b"]}}, tmp_path) as gateway:
+        client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="none", max_retries=0)
+        messages = [{"role": "user", "content": "Where is my order? lookup_order please"}]
+        called = client.chat.completions.create(model="sim/llama-3.2-1b", messages=messages, tools=[tool],
+                                                max_tokens=32_000)
+        [call] = called.choices[0].message.tool_calls
+        assert called.choices[0].finish_reason == "tool_calls" and call.function.name == "lookup_order"
+        streamed = "".join(part.function.arguments or "" for chunk in client.chat.completions.create(
+            model="sim/llama-3.2-1b", messages=messages, tools=[tool], max_tokens=32_000, stream=True)
+            if chunk.choices for part in chunk.choices[0].delta.tool_calls or [])
+        assert streamed == call.function.arguments
+        messages += [called.choices[0].message.model_dump(exclude_none=True),
+                     {"role": "tool", "tool_call_id": call.id, "content": "shipped"}]
+        answered = client.chat.completions.create(model="sim/llama-3.2-1b", messages=messages, tools=[tool],
+                                                  max_tokens=32_000)
+        assert answered.choices[0].finish_reason == "stop" and answered.choices[0].message.content
+        schema = {"name": "verdict", "strict": True, "schema": {
+            "type": "object", "required": ["late"], "additionalProperties": False,
+            "properties": {"late": {"type": "boolean"}}}}
+        structured = client.chat.completions.create(model="sim/llama-3.2-1b", max_tokens=32_000,
+                                                    messages=[{"role": "user", "content": "Is it late?"}],
+                                                    response_format={"type": "json_schema", "json_schema": schema})
+        assert isinstance(json.loads(structured.choices[0].message.content)["late"], bool)

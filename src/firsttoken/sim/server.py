@@ -16,7 +16,7 @@ import orjson
 import pydantic
 from aiohttp import web
 
-from firsttoken.sim import lengths, text
+from firsttoken.sim import lengths, text, tools
 from firsttoken.sim.delivery import Delivery
 from firsttoken.sim.engine import Sequence
 from firsttoken.sim.lateness import Lateness
@@ -123,6 +123,19 @@ class SimServer:
             return self._error(self.openai, 400, message, code="invalid_faults")
         return web.json_response(settings.model_dump())
 
+    def _answer(self, ask: Ask, wire: WireFormat) -> text.Answer:
+        """Tool calls when the request's tools are to be called this turn; otherwise words."""
+        if ask.tools is not None:
+            calls = tools.calls_for(ask.tools, ask.message, self.region.settings.seed, ask.content,
+                                    wire.call_prefix)
+            if calls:
+                return text.tool_answer(calls, ask.max_tokens)
+        if ask.schema is not None:
+            value = tools.value_for(ask.schema, "response_format", self.region.settings.seed, ask.content,
+                                    "response_format")
+            return text.json_answer(value, ask.max_tokens)
+        return text.answer(ask.max_tokens, ask.stop, self._natural_length(ask))
+
     def _natural_length(self, ask: Ask) -> int | None:
         """Where the answer ends on its own; None when it runs to max_tokens."""
         settings = self.region.settings
@@ -150,7 +163,10 @@ class SimServer:
             self.region.check_fits(ask.model, ask.prompt_tokens, ask.max_tokens)
         except ValueError as exc:
             return self._error(wire, 400, str(exc), "max_tokens", "context_length_exceeded")
-        answer = text.answer(ask.max_tokens, ask.stop, self._natural_length(ask))
+        try:
+            answer = self._answer(ask, wire)
+        except tools.ToolError as exc:
+            return self._error(wire, 400, str(exc), exc.param)
         await _until(loop.time() + one_way)  # the request crossing to the region
         arrived = loop.time()
         self.requests["received"] += 1

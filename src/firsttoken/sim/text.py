@@ -8,8 +8,12 @@ Usage counts are exact under that definition, and the same request always gets t
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
+
+from firsttoken.sim.tools import Call, pieces_of
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 
@@ -46,8 +50,36 @@ def prompt_tokens(messages: Any) -> int:
 @dataclass(frozen=True)
 class Answer:
     pieces: list[str]  # one per token
-    finish: str  # "length" (cut at max_tokens) | "stop" (it ended on its own, or at a stop sequence)
+    finish: str  # "length" (cut at max_tokens) | "stop" (ended on its own, or at a stop sequence) | "tool_calls"
     stop_sequence: str | None = None  # the one that ended it
+    calls: list[Call] = field(default_factory=list)  # the tool calls the pieces spell, one after the other
+
+
+def tool_answer(calls: list[Call], max_tokens: int) -> Answer:
+    """An answer that calls tools: their arguments' tokens, one call after the other, cut at max_tokens."""
+    pieces = [piece for call in calls for piece in call.pieces]
+    if len(pieces) > max_tokens:
+        return Answer(pieces[:max_tokens], "length", calls=calls)
+    return Answer(pieces, "tool_calls", calls=calls)
+
+
+def json_answer(value: Any, max_tokens: int) -> Answer:
+    """An answer whose text is `value` as JSON (structured output), cut at max_tokens."""
+    pieces = pieces_of(orjson.dumps(value).decode())
+    if len(pieces) > max_tokens:
+        return Answer(pieces[:max_tokens], "length")
+    return Answer(pieces, "stop")
+
+
+def split_by_call(answer: Answer) -> list[tuple[Call, list[str]]]:
+    """Each call with the pieces of it the answer holds (fewer than its own when max_tokens cut it)."""
+    out, start = [], 0
+    for call in answer.calls:
+        if start >= len(answer.pieces):
+            break
+        out.append((call, answer.pieces[start:start + len(call.pieces)]))
+        start += len(call.pieces)
+    return out
 
 
 def answer(max_tokens: int, stop: list[str], natural: int | None = None) -> Answer:

@@ -7,11 +7,13 @@ concatenation (the region must keep a thousand streams on schedule on one core).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from firsttoken.sim.lengths import Kind, kind_of
 from firsttoken.sim.text import Answer, text_of
+from firsttoken.sim.tools import Tool, ToolUse
 
 
 class BadRequest(Exception):
@@ -31,6 +33,9 @@ class Ask:
     kind: Kind = Kind.CHAT  # what the request asks for, which sets how long its answer runs
     content: Any = None  # what makes it this request (not its max_tokens, not whether it streams)
     ignore_eos: bool = False  # run to max_tokens (vLLM's flag, as benchmark harnesses send it)
+    message: str = ""  # the last user message's text
+    tools: ToolUse | None = None  # the tools offered, and what is asked of them
+    schema: dict[str, Any] | None = None  # the JSON schema the answer's text must satisfy (structured output)
 
 
 class Renderer(Protocol):
@@ -48,6 +53,8 @@ class Renderer(Protocol):
 
 
 class WireFormat(Protocol):
+    call_prefix: str  # of the ids of the tool calls it answers with
+
     def parse(self, body: Any, models: list[str]) -> Ask: ...
 
     def renderer(self, ask: Ask, answer: Answer) -> Renderer: ...
@@ -84,15 +91,37 @@ def conversation(body: Any, models: list[str], no_messages: str) -> tuple[dict[s
     return body, messages, served_model(body.get("model"), models)
 
 
-def identity(body: dict[str, Any], messages: list[Any], system: str) -> tuple[Kind, Any]:
-    """The request's kind, from its instructions (the system prompt and the last user message), and the
-    content its answer depends on."""
-    last_user = next((m.get("content") for m in reversed(messages)
-                      if isinstance(m, dict) and m.get("role") == "user"), "")
-    kind = kind_of(f"{system}\n{text_of(last_user)}")
+def identity(body: dict[str, Any], messages: list[Any], system: str) -> tuple[Kind, Any, str]:
+    """The request's kind, from its instructions (the system prompt and the last user message), the
+    content its answer depends on, and the last user message's text."""
+    last_user = text_of(next((m.get("content") for m in reversed(messages)
+                              if isinstance(m, dict) and m.get("role") == "user"), ""))
+    kind = kind_of(f"{system}\n{last_user}")
     content = {key: body.get(key) for key in ("model", "messages", "system", "tools", "tool_choice",
                                               "response_format", "seed")}
-    return kind, content
+    return kind, content, last_user
+
+
+def tool_list(value: Any, definition: Callable[[dict[str, Any]], tuple[Any, Any, Any] | None],
+              shape: str) -> list[Tool]:
+    """A request's `tools`, each entry read by the format's `definition` into (name, description, schema),
+    or None for a tool the region does not call (a provider's own server tools)."""
+    if not isinstance(value, list):
+        raise BadRequest(400, f"'tools' must be a list of {shape}.", "tools")
+    tools = []
+    for index, entry in enumerate(value):
+        found = definition(entry) if isinstance(entry, dict) else ("", "", None)
+        if found is None:
+            continue
+        name, description, schema = found
+        if not isinstance(name, str) or not name or not isinstance(schema, dict):
+            raise BadRequest(400, f"tools[{index}]: expected {shape}, with a name and a JSON schema object.",
+                             f"tools[{index}]")
+        tools.append(Tool(name, str(description or ""), schema))
+    return tools
+
+
+NO_PARAMETERS = {"type": "object", "properties": {}}
 
 
 def served_model(value: Any, models: list[str]) -> str:

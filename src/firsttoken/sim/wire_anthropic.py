@@ -8,11 +8,24 @@ from typing import Any
 import orjson
 
 from firsttoken.sim import text
-from firsttoken.sim.text import Answer
-from firsttoken.sim.wire import Ask, BadRequest, conversation, identity, positive_int, sim_timing, stop_list
+from firsttoken.sim.text import Answer, split_by_call
+from firsttoken.sim.tools import ToolUse
+from firsttoken.sim.wire import (
+    Ask,
+    BadRequest,
+    Renderer,
+    conversation,
+    identity,
+    positive_int,
+    sim_timing,
+    stop_list,
+    tool_list,
+)
 
 _ids = itertools.count(1)
-_STOP_REASON = {"length": "max_tokens", "stop": "end_turn"}
+_STOP_REASON = {"length": "max_tokens", "stop": "end_turn", "tool_calls": "tool_use"}
+_TOOL_SHAPE = "{'name': ..., 'input_schema': {...}}"
+_CHOICES = {"auto": "auto", "any": "required", "none": "none"}
 # Anthropic's error types by status (docs.anthropic.com, "Errors"); 529 is its overload status.
 _ERROR_TYPE = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
                413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error",
@@ -31,6 +44,35 @@ def _system_text(system: Any) -> str:
     raise BadRequest(400, "system: expected a string or a list of text blocks.", "system")
 
 
+def _definition(entry: dict[str, Any]) -> tuple[Any, Any, Any] | None:
+    if entry.get("type") not in (None, "custom"):  # Anthropic's own tools (web search, bash, …) run there
+        return None
+    return entry.get("name"), entry.get("description"), entry.get("input_schema")
+
+
+def tool_use(body: dict[str, Any], messages: list[Any]) -> ToolUse | None:
+    """The request's tools and tool_choice; None when it offers none."""
+    if body.get("tools") in (None, []):
+        return None
+    tools = tool_list(body["tools"], _definition, _TOOL_SHAPE)
+    choice = body.get("tool_choice", {"type": "auto"})
+    kind = choice.get("type") if isinstance(choice, dict) else None
+    if kind == "tool":
+        name = choice.get("name")
+        if name not in {tool.name for tool in tools}:
+            raise BadRequest(400, "tool_choice.name: not one of the tools.", "tool_choice")
+    elif kind in _CHOICES:
+        name = _CHOICES[kind]
+    else:
+        raise BadRequest(400, "tool_choice.type: expected 'auto', 'any', 'tool' or 'none'.", "tool_choice")
+    last = messages[-1] if messages else {}
+    content = last.get("content") if isinstance(last, dict) else None
+    after_results = isinstance(content, list) and bool(content) and all(
+        isinstance(block, dict) and block.get("type") == "tool_result" for block in content)
+    return ToolUse(tools, name, not (isinstance(choice, dict) and choice.get("disable_parallel_tool_use")),
+                   after_results)
+
+
 class AnthropicMessages:
     overload_status = 529
 
@@ -41,12 +83,15 @@ class AnthropicMessages:
         max_tokens = positive_int(body["max_tokens"], "max_tokens")
         system = _system_text(body.get("system"))
         prompt = text.prompt_tokens(messages) + (4 + text.count_tokens(system) if system else 0)
-        kind, content = identity(body, messages, system)
+        kind, content, message = identity(body, messages, system)
         return Ask(model, prompt, max_tokens, stop_list(body.get("stop_sequences"), "stop_sequences"),
-                   bool(body.get("stream")), False, kind, content, body.get("ignore_eos") is True)
+                   bool(body.get("stream")), False, kind, content, body.get("ignore_eos") is True,
+                   message, tool_use(body, messages))
 
-    def renderer(self, ask: Ask, answer: Answer) -> AnthropicRenderer:
-        return AnthropicRenderer(ask, answer)
+    call_prefix = "toolu_sim"
+
+    def renderer(self, ask: Ask, answer: Answer) -> Renderer:
+        return AnthropicToolRenderer(ask, answer) if answer.calls else AnthropicRenderer(ask, answer)
 
     def error_body(self, status: int, message: str, param: str | None, code: str | None,
                    kind: str | None = None) -> bytes:
@@ -92,4 +137,45 @@ class AnthropicRenderer:
             "type": "message_delta",
             "delta": {"stop_reason": self.stop_reason, "stop_sequence": self.answer.stop_sequence},
             "usage": {"output_tokens": len(self.answer.pieces)}})
+        return stop + delta + sim_timing(decode_ms) + _event("message_stop", {"type": "message_stop"})
+
+
+class AnthropicToolRenderer(AnthropicRenderer):
+    """An answer that calls tools: a `tool_use` block per call, its input streamed as `input_json_delta`s
+    (one per token), its stop reason `tool_use`."""
+
+    def __init__(self, ask: Ask, answer: Answer) -> None:
+        super().__init__(ask, answer)
+        self._events: list[bytes] = []
+        for index, (call, pieces) in enumerate(split_by_call(answer)):
+            for number, piece in enumerate(pieces):
+                event = b""
+                if number == 0:
+                    if index > 0:
+                        event += _event("content_block_stop", {"type": "content_block_stop", "index": index - 1})
+                    event += _event("content_block_start", {"type": "content_block_start", "index": index,
+                                                            "content_block": {"type": "tool_use", "id": call.id,
+                                                                              "name": call.name, "input": {}}})
+                self._events.append(event + _event("content_block_delta", {
+                    "type": "content_block_delta", "index": index,
+                    "delta": {"type": "input_json_delta", "partial_json": piece}}))
+        self._blocks = len(split_by_call(answer))
+
+    def whole(self) -> bytes:
+        content = [{"type": "tool_use", "id": call.id, "name": call.name, "input": orjson.loads(call.arguments)}
+                   for call, pieces in split_by_call(self.answer) if len(pieces) == len(call.pieces)]
+        return orjson.dumps(self._message(content, self.stop_reason, len(self.answer.pieces)))
+
+    def opening(self) -> bytes:
+        start = _event("message_start", {"type": "message_start", "message": self._message([], None, 1)})
+        return start + _event("ping", {"type": "ping"}) + self.piece(0)
+
+    def piece(self, index: int) -> bytes:
+        return self._events[index]
+
+    def closing(self, decode_ms: float) -> bytes:
+        delta = _event("message_delta", {"type": "message_delta",
+                                         "delta": {"stop_reason": self.stop_reason, "stop_sequence": None},
+                                         "usage": {"output_tokens": len(self.answer.pieces)}})
+        stop = _event("content_block_stop", {"type": "content_block_stop", "index": self._blocks - 1})
         return stop + delta + sim_timing(decode_ms) + _event("message_stop", {"type": "message_stop"})
