@@ -5,7 +5,7 @@ results are in, and JSON answers valid for the response format's schema."""
 from __future__ import annotations
 
 import json
-from enum import Enum
+from enum import StrEnum
 
 import anthropic
 import jsonschema
@@ -159,7 +159,7 @@ def test_messages_tool_choice(claude) -> None:
     assert none.content[0].type == "text"
 
 
-class Unit(str, Enum):
+class Unit(StrEnum):
     ms = "ms"
     s = "s"
 
