@@ -356,7 +356,8 @@ class Settings(_Strict):
             return self.sim
         if self.upstreams:
             return None
-        return sim_settings({"region": OFFLINE_REGION, "client_location": self.location or OFFLINE_LOCATION})
+        return sim_settings({"models": list(OFFLINE_MODELS), "region": OFFLINE_REGION,
+                             "client_location": self.location or OFFLINE_LOCATION})
 
     def with_upstream(self, name: str, upstream: dict[str, Any]) -> Settings:
         """These settings plus one upstream (the in-process region, once its port is known)."""
@@ -452,6 +453,7 @@ def from_environment(environ: dict[str, str]) -> dict[str, Any]:
     return {"upstreams": upstreams}
 
 
+OFFLINE_MODELS = ("llama-3.1-8b", "bge-small-en-v1.5")  # a chat model, and an encoder for /v1/embeddings
 OFFLINE_REGION = "aws:us-east-1"
 OFFLINE_LOCATION = "lagos"
 

@@ -36,7 +36,7 @@ def test_serve_alone_streams_from_a_simulated_region(tmp_path: Path) -> None:
                 time.sleep(0.05)
         client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
         models = client.models.list().data
-        assert [m.id for m in models] == ["sim/llama-3.1-8b"]
+        assert [m.id for m in models] == ["sim/llama-3.1-8b", "sim/bge-small-en-v1.5"]
         assert "simulated region in this process" in models[0].description
         assert "aws:us-east-1" in models[0].description and "Lagos" in models[0].description
         started, first, content = time.perf_counter(), None, ""
@@ -47,6 +47,8 @@ def test_serve_alone_streams_from_a_simulated_region(tmp_path: Path) -> None:
                 content += chunk.choices[0].delta.content
         assert content == "".join(text.answer(8, []).pieces)
         assert first > 0.12  # Lagos to Virginia and back, in fibre
+        vectors = client.embeddings.create(model="bge-small-en-v1.5", input=["a cable", "an ocean"]).data
+        assert [len(v.embedding) for v in vectors] == [384, 384]
         log.seek(0)
         banner = log.read()
         assert "a simulated region in this process" in banner and "OPENAI_API_KEY" in banner

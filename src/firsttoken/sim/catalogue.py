@@ -74,6 +74,7 @@ class Model:
     active_params_b: float = 0.0  # 0: dense, all parameters active per token
     experts: int = 1  # MoE: routed experts per layer
     experts_per_token: int = 1  # MoE: top-k
+    embedding_dims: int = 0  # an encoder that answers /v1/embeddings with vectors this long; 0: it generates text
 
     def __post_init__(self) -> None:
         _check_name(self.name)
@@ -83,6 +84,8 @@ class Model:
             object.__setattr__(self, "active_params_b", self.params_b)
         for f in ("params_b", "active_params_b"):
             _check_positive(self, f, getattr(self, f))
+        if self.embedding_dims:
+            _check_positive(self, "embedding_dims", self.embedding_dims, integer=True)
         for f in ("layers", "hidden", "heads", "kv_heads", "head_dim", "max_context", "vocab", "experts",
                   "experts_per_token"):
             _check_positive(self, f, getattr(self, f), integer=True)
@@ -145,6 +148,10 @@ BUILTIN_MODELS: tuple[Model, ...] = (
     Model("llama-3.3-70b", 70.55, 80, 8192, 64, 8, 131072, 128256),
     # meta-llama/Llama-3.1-405B: the frontier-sized dense model
     Model("llama-3.1-405b", 405.85, 126, 16384, 128, 8, 131072, 128256),
+    # Encoders for /v1/embeddings. BAAI/bge-small-en-v1.5: a BERT-small, 33.4M parameters, 384-wide vectors
+    Model("bge-small-en-v1.5", 0.0334, 12, 384, 12, 12, 512, 30522, embedding_dims=384),
+    # BAAI/bge-m3: an XLM-RoBERTa-large, 568M parameters, 1024-wide vectors, 8k context
+    Model("bge-m3", 0.568, 24, 1024, 16, 16, 8192, 250002, embedding_dims=1024),
 )
 
 

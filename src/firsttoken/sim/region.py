@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from firsttoken.routing.ratelimit import KeyLimits, Refusal
+from firsttoken.sim.catalogue import Model
 from firsttoken.sim.engine import Engine, Sequence
 from firsttoken.sim.faults import Faults
 from firsttoken.sim.replica import Replica
@@ -53,6 +54,11 @@ class Region:
     @property
     def models(self) -> list[str]:
         return list(self.replicas)
+
+    @property
+    def encoders(self) -> dict[str, Model]:
+        """The embedding models it serves."""
+        return {name: d.model for name, d in self.settings.deployments.items() if d.model.embedding_dims}
 
     def start(self) -> None:
         for replicas in self.replicas.values():

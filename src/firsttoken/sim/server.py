@@ -11,19 +11,20 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from typing import Any
 
 import orjson
 import pydantic
 from aiohttp import web
 
-from firsttoken.sim import lengths, text, tools
+from firsttoken.sim import lengths, text, tools, vectors
 from firsttoken.sim.delivery import Delivery
 from firsttoken.sim.engine import Sequence
 from firsttoken.sim.lateness import Lateness
 from firsttoken.sim.region import Overloaded, RateLimited, Region
 from firsttoken.sim.wire import Ask, BadRequest, Renderer, WireFormat
 from firsttoken.sim.wire_anthropic import AnthropicMessages
-from firsttoken.sim.wire_openai import OpenAIChat
+from firsttoken.sim.wire_openai import OpenAIChat, embeddings_body, parse_embeddings
 
 ANONYMOUS = "anonymous"
 MAX_BODY_BYTES = 16 * 1024 * 1024  # as the gateway's own default limit
@@ -64,7 +65,9 @@ class SimServer:
         for prefix in ("/v1", ""):
             self.app.router.add_post(f"{prefix}/chat/completions", self.chat_completions)
             self.app.router.add_post(f"{prefix}/messages", self.messages)
+            self.app.router.add_post(f"{prefix}/embeddings", self.embeddings)
             self.app.router.add_get(f"{prefix}/models", self.models)
+            self.app.router.add_get(f"{prefix}/models/{{model}}", self.model)
         self.app.router.add_get("/sim/stats", self.stats)
         self.app.router.add_delete("/sim/stats", self.reset_stats)
         self.app.router.add_get("/sim/faults", self.get_faults)
@@ -84,11 +87,54 @@ class SimServer:
     async def messages(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, self.anthropic)
 
+    async def embeddings(self, request: web.Request) -> web.Response:
+        """Vectors from an encoder: its forward pass over the inputs is a prefill on the engine, timed as one."""
+        loop = asyncio.get_running_loop()
+        try:
+            ask = parse_embeddings(orjson.loads(await request.read()), self.region.encoders)
+            self.region.check_fits(ask.model, ask.tokens, 1)
+        except orjson.JSONDecodeError:
+            return self._error(self.openai, 400, "The request body is not valid JSON.", code="invalid_json")
+        except BadRequest as exc:
+            return self._error(self.openai, exc.status, str(exc), exc.param, exc.code)
+        except ValueError as exc:
+            return self._error(self.openai, 400, str(exc), "input", "context_length_exceeded")
+        seed = self.region.settings.seed
+        body = embeddings_body(ask, [vectors.shortened(vectors.embed(t, ask.width, seed), ask.dims)
+                                     for t in ask.texts])
+        await _until(loop.time() + self.region.one_way_s)
+        arrived = loop.time()
+        self.requests["received"] += 1
+        sequence = Sequence(ask.tokens, 1, arrived)
+        delivery = Delivery(1, self.region.one_way_s, self.lateness, None)
+        try:
+            replica = self.region.admit(ask.model, sequence, _api_key(request), arrived, delivery)
+        except (ValueError, Overloaded, RateLimited) as exc:
+            self.requests["refused"] += 1
+            await _until(arrived + self.region.one_way_s)
+            return self._refusal(self.openai, exc)
+        try:
+            done = await delivery.first
+            await _until(done + self.region.one_way_s)
+            return web.Response(body=body, content_type="application/json",
+                                headers={"Server-Timing": _server_timing(sequence, done, self.region.one_way_s)})
+        finally:
+            self.requests["answered" if sequence.finished_at is not None else "abandoned"] += 1
+            replica.cancel(sequence)
+
     async def models(self, request: web.Request) -> web.Response:
-        description = f"simulated: {self.region.settings.describe()}"
-        data = [{"id": name, "object": "model", "created": 0, "owned_by": "firsttoken-sim",
-                 "description": description} for name in self.region.models]
-        return web.json_response({"object": "list", "data": data})
+        return web.json_response({"object": "list", "data": [self._model(name) for name in self.region.models]})
+
+    async def model(self, request: web.Request) -> web.Response:
+        name = request.match_info["model"]
+        if name not in self.region.models:
+            return self._error(self.openai, 404, f"The model {name!r} does not exist in this region; it serves "
+                                                 f"{', '.join(self.region.models)}.", "model", "model_not_found")
+        return web.json_response(self._model(name))
+
+    def _model(self, name: str) -> dict[str, object]:
+        return {"id": name, "object": "model", "created": 0, "owned_by": "firsttoken-sim",
+                "description": f"simulated: {self.region.settings.describe()}"}
 
     async def stats(self, request: web.Request) -> web.Response:
         """The region's own account: events written and how late, and the engines' state."""
@@ -123,25 +169,30 @@ class SimServer:
             return self._error(self.openai, 400, message, code="invalid_faults")
         return web.json_response(settings.model_dump())
 
-    def _answer(self, ask: Ask, wire: WireFormat) -> text.Answer:
-        """Tool calls when the request's tools are to be called this turn; otherwise words."""
+    def _answers(self, ask: Ask, wire: WireFormat) -> list[text.Answer]:
+        """The request's `n` answers (choice 0 is what the same request with n = 1 gets)."""
+        return [self._answer(ask, wire, ask.content if choice == 0 else {"request": ask.content, "choice": choice})
+                for choice in range(ask.n)]
+
+    def _answer(self, ask: Ask, wire: WireFormat, content: Any) -> text.Answer:
+        """Tool calls when the request's tools are to be called this turn; otherwise words. `content` is
+        what the draws are keyed by."""
+        seed = self.region.settings.seed
         if ask.tools is not None:
-            calls = tools.calls_for(ask.tools, ask.message, self.region.settings.seed, ask.content,
-                                    wire.call_prefix)
+            calls = tools.calls_for(ask.tools, ask.message, seed, content, wire.call_prefix)
             if calls:
                 return text.tool_answer(calls, ask.max_tokens)
         if ask.schema is not None:
-            value = tools.value_for(ask.schema, "response_format", self.region.settings.seed, ask.content,
-                                    "response_format")
-            return text.json_answer(value, ask.max_tokens)
-        return text.answer(ask.max_tokens, ask.stop, self._natural_length(ask))
+            return text.json_answer(tools.value_for(ask.schema, "response_format", seed, content, "response_format"),
+                                    ask.max_tokens)
+        return text.answer(ask.max_tokens, ask.stop, self._natural_length(ask, content))
 
-    def _natural_length(self, ask: Ask) -> int | None:
+    def _natural_length(self, ask: Ask, content: Any) -> int | None:
         """Where the answer ends on its own; None when it runs to max_tokens."""
         settings = self.region.settings
         if ask.ignore_eos or settings.answers == "max_tokens":
             return None
-        return lengths.natural_length(ask.kind, lengths.fraction_for(settings.seed, ask.content))
+        return lengths.natural_length(ask.kind, lengths.fraction_for(settings.seed, content))
 
     def _error(self, wire: WireFormat, status: int, message: str, param: str | None = None,
                code: str | None = None, headers: dict[str, str] | None = None,
@@ -159,14 +210,18 @@ class SimServer:
             return self._error(wire, 400, "The request body is not valid JSON.", code="invalid_json")
         except BadRequest as exc:
             return self._error(wire, exc.status, str(exc), exc.param, exc.code)
+        if ask.model in self.region.encoders:
+            return self._error(wire, 400, f"{ask.model} is an embedding model: ask /v1/embeddings.", "model")
         try:  # before the answer is built: an absurd max_tokens must cost nothing
             self.region.check_fits(ask.model, ask.prompt_tokens, ask.max_tokens)
         except ValueError as exc:
             return self._error(wire, 400, str(exc), "max_tokens", "context_length_exceeded")
         try:
-            answer = self._answer(ask, wire)
+            answers = self._answers(ask, wire)
         except tools.ToolError as exc:
             return self._error(wire, 400, str(exc), exc.param)
+        # n choices decode together after one prefill of their shared prompt: as many steps as the longest
+        steps = max(len(answer.pieces) for answer in answers)
         await _until(loop.time() + one_way)  # the request crossing to the region
         arrived = loop.time()
         self.requests["received"] += 1
@@ -174,10 +229,10 @@ class SimServer:
         if fault.error is not None:
             self.requests["failed"] += 1
             return await self._fail(request, wire, fault.error, arrived + one_way)
-        sequence = Sequence(ask.prompt_tokens, max(len(answer.pieces), 1), arrived)
+        sequence = Sequence(ask.prompt_tokens, max(steps, 1), arrived)
         key = _api_key(request)
-        renderer = wire.renderer(ask, answer)
-        delivery = Delivery(len(answer.pieces), one_way, self.lateness, renderer if ask.stream else None)
+        renderer = wire.renderer(ask, answers)
+        delivery = Delivery(steps, one_way, self.lateness, renderer if ask.stream else None)
         if fault.delay_s:  # a stall or a busy region: it counts as queue in the ground truth
             try:
                 await _until(arrived + fault.delay_s)
@@ -187,7 +242,7 @@ class SimServer:
         admitted = loop.time()
         try:
             replica = self.region.admit(ask.model, sequence, key, admitted, delivery,
-                                        requested=ask.prompt_tokens + ask.max_tokens)
+                                        requested=ask.prompt_tokens + ask.max_tokens * ask.n)
         except (ValueError, Overloaded, RateLimited) as exc:
             self.requests["refused"] += 1
             await _until(arrived + one_way)  # and the refusal crossing back

@@ -30,6 +30,11 @@ def count_tokens(text: str) -> int:
     return len(_TOKEN.findall(text))
 
 
+def words(text: str) -> list[str]:
+    """The text as the region's tokens: words and punctuation marks."""
+    return _TOKEN.findall(text)
+
+
 def text_of(content: Any) -> str:
     """A message's text: a string, or the text of its blocks."""
     if isinstance(content, list):

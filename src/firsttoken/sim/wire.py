@@ -36,6 +36,7 @@ class Ask:
     message: str = ""  # the last user message's text
     tools: ToolUse | None = None  # the tools offered, and what is asked of them
     schema: dict[str, Any] | None = None  # the JSON schema the answer's text must satisfy (structured output)
+    n: int = 1  # choices
 
 
 class Renderer(Protocol):
@@ -57,7 +58,8 @@ class WireFormat(Protocol):
 
     def parse(self, body: Any, models: list[str]) -> Ask: ...
 
-    def renderer(self, ask: Ask, answer: Answer) -> Renderer: ...
+    def renderer(self, ask: Ask, answers: list[Answer]) -> Renderer:
+        """The renderer of the request's answers (one per choice; formats without `n` have one)."""
 
     def error_body(self, status: int, message: str, param: str | None, code: str | None,
                    kind: str | None = None) -> bytes:

@@ -90,7 +90,8 @@ class AnthropicMessages:
 
     call_prefix = "toolu_sim"
 
-    def renderer(self, ask: Ask, answer: Answer) -> Renderer:
+    def renderer(self, ask: Ask, answers: list[Answer]) -> Renderer:
+        [answer] = answers  # Messages has no `n`
         return AnthropicToolRenderer(ask, answer) if answer.calls else AnthropicRenderer(ask, answer)
 
     def error_body(self, status: int, message: str, param: str | None, code: str | None,

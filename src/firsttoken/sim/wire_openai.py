@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import base64
 import itertools
 import time
+from array import array
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from firsttoken.sim import text
+from firsttoken.sim.catalogue import Model
 from firsttoken.sim.text import Answer, split_by_call
 from firsttoken.sim.tools import ToolUse
 from firsttoken.sim.wire import (
@@ -60,6 +64,18 @@ def answer_schema(value: Any) -> dict[str, Any] | None:
                      "response_format")
 
 
+MAX_CHOICES = 128  # as OpenAI's API bounds `n`
+
+
+def choices(value: Any) -> int:
+    if value is None:
+        return 1
+    n = positive_int(value, "n")
+    if n > MAX_CHOICES:
+        raise BadRequest(400, f"'n' must be at most {MAX_CHOICES}, got {n}.", "n")
+    return n
+
+
 def tool_use(body: dict[str, Any], messages: list[Any]) -> ToolUse | None:
     """The request's tools and tool_choice; None when it offers none."""
     if body.get("tools") in (None, []):
@@ -92,12 +108,17 @@ class OpenAIChat:
         kind, content, message = identity(body, messages, system)
         return Ask(model, text.prompt_tokens(messages), max_tokens, stop_list(body.get("stop"), "stop"),
                    bool(body.get("stream")), include_usage, kind, content, body.get("ignore_eos") is True,
-                   message, tool_use(body, messages), answer_schema(body.get("response_format")))
+                   message, tool_use(body, messages), answer_schema(body.get("response_format")),
+                   choices(body.get("n")))
 
     call_prefix = "call_sim"
 
-    def renderer(self, ask: Ask, answer: Answer) -> Renderer:
-        return OpenAIToolRenderer(ask, answer) if answer.calls else OpenAIRenderer(ask, answer)
+    def renderer(self, ask: Ask, answers: list[Answer]) -> Renderer:
+        renderers: list[OpenAIRenderer] = []
+        for choice, answer in enumerate(answers):
+            kind = OpenAIToolRenderer if answer.calls else OpenAIRenderer
+            renderers.append(kind(ask, answer, choice, renderers[0].base if renderers else None))
+        return renderers[0] if len(renderers) == 1 else OpenAIChoices(ask, renderers)
 
     def error_body(self, status: int, message: str, param: str | None, code: str | None,
                    kind: str | None = None) -> bytes:
@@ -106,29 +127,35 @@ class OpenAIChat:
 
 
 class OpenAIRenderer:
-    def __init__(self, ask: Ask, answer: Answer) -> None:
-        self.ask, self.answer = ask, answer
-        self.base = {"id": f"chatcmpl-sim{next(_ids)}", "object": "chat.completion.chunk",
-                     "created": int(time.time()), "model": ask.model}
+    """One choice's answer (the request's only one, or choice `choice` of its `n`)."""
+
+    def __init__(self, ask: Ask, answer: Answer, choice: int = 0, base: dict[str, Any] | None = None) -> None:
+        self.ask, self.answer, self.choice = ask, answer, choice
+        self.base = base or {"id": f"chatcmpl-sim{next(_ids)}", "object": "chat.completion.chunk",
+                             "created": int(time.time()), "model": ask.model}
         # Every content chunk is this prefix, the JSON string of the piece, and this suffix.
-        head = orjson.dumps({**self.base, "choices": [{"index": 0, "delta": {"content": ""}, "finish_reason": None}]})
+        head = orjson.dumps({**self.base, "choices": [{"index": choice, "delta": {"content": ""},
+                                                       "finish_reason": None}]})
         self._prefix, self._suffix = head.split(b'""', 1)
         self._prefix = b"data: " + self._prefix
 
     @property
     def usage(self) -> dict[str, int]:
-        completion = len(self.answer.pieces)
-        return {"prompt_tokens": self.ask.prompt_tokens, "completion_tokens": completion,
-                "total_tokens": self.ask.prompt_tokens + completion}
+        return usage(self.ask, [self.answer])
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
-        payload = {**self.base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        payload = {**self.base, "choices": [{"index": self.choice, "delta": delta, "finish_reason": finish}]}
         return b"data: " + orjson.dumps(payload) + b"\n\n"
 
+    def message(self) -> dict[str, Any]:
+        return {"role": "assistant", "content": "".join(self.answer.pieces)}
+
+    def whole_choice(self) -> dict[str, Any]:
+        return {"index": self.choice, "message": self.message(), "finish_reason": _FINISH[self.answer.finish]}
+
     def whole(self) -> bytes:
-        message = {"role": "assistant", "content": "".join(self.answer.pieces)}
-        return orjson.dumps({**self.base, "object": "chat.completion", "choices": [
-            {"index": 0, "message": message, "finish_reason": _FINISH[self.answer.finish]}], "usage": self.usage})
+        return orjson.dumps({**self.base, "object": "chat.completion", "choices": [self.whole_choice()],
+                             "usage": self.usage})
 
     def opening(self) -> bytes:
         first = self.piece(0) if self.answer.pieces else b""
@@ -137,19 +164,55 @@ class OpenAIRenderer:
     def piece(self, index: int) -> bytes:
         return self._prefix + orjson.dumps(self.answer.pieces[index]) + self._suffix + b"\n\n"
 
+    def finish(self) -> bytes:
+        return self._chunk({}, _FINISH[self.answer.finish])
+
     def closing(self, decode_ms: float) -> bytes:
-        tail = self._chunk({}, _FINISH[self.answer.finish])
-        if self.ask.include_usage:
-            tail += b"data: " + orjson.dumps({**self.base, "choices": [], "usage": self.usage}) + b"\n\n"
-        return tail + sim_timing(decode_ms) + b"data: [DONE]\n\n"
+        return self.finish() + end_of_stream(self.ask, self.base, self.usage, decode_ms)
+
+
+def usage(ask: Ask, answers: list[Answer]) -> dict[str, int]:
+    completion = sum(len(answer.pieces) for answer in answers)
+    return {"prompt_tokens": ask.prompt_tokens, "completion_tokens": completion,
+            "total_tokens": ask.prompt_tokens + completion}
+
+
+def end_of_stream(ask: Ask, base: dict[str, Any], counts: dict[str, int], decode_ms: float) -> bytes:
+    """After the finish chunks: the usage chunk when asked for, the ground truth, [DONE]."""
+    tail = b"data: " + orjson.dumps({**base, "choices": [], "usage": counts}) + b"\n\n" if ask.include_usage else b""
+    return tail + sim_timing(decode_ms) + b"data: [DONE]\n\n"
+
+
+class OpenAIChoices:
+    """`n` choices: each engine step carries a token of every choice still running (they are decoded
+    together, in one batch, after one prefill of the shared prompt), each ends with its own finish."""
+
+    def __init__(self, ask: Ask, renderers: list[OpenAIRenderer]) -> None:
+        self.ask, self.renderers = ask, renderers
+
+    def whole(self) -> bytes:
+        base = self.renderers[0].base
+        return orjson.dumps({**base, "object": "chat.completion", "choices": [r.whole_choice() for r in self.renderers],
+                             "usage": usage(self.ask, [r.answer for r in self.renderers])})
+
+    def opening(self) -> bytes:
+        return b"".join(r.opening() for r in self.renderers)
+
+    def piece(self, index: int) -> bytes:
+        return b"".join(r.piece(index) for r in self.renderers if index < len(r.answer.pieces))
+
+    def closing(self, decode_ms: float) -> bytes:
+        counts = usage(self.ask, [r.answer for r in self.renderers])
+        return b"".join(r.finish() for r in self.renderers) + end_of_stream(
+            self.ask, self.renderers[0].base, counts, decode_ms)
 
 
 class OpenAIToolRenderer(OpenAIRenderer):
     """An answer that calls tools: a `tool_calls` delta per token (the call's id and name with its first),
     its finish `tool_calls`."""
 
-    def __init__(self, ask: Ask, answer: Answer) -> None:
-        super().__init__(ask, answer)
+    def __init__(self, ask: Ask, answer: Answer, choice: int = 0, base: dict[str, Any] | None = None) -> None:
+        super().__init__(ask, answer, choice, base)
         self._events = []
         for index, (call, pieces) in enumerate(split_by_call(answer)):
             for number, piece in enumerate(pieces):
@@ -159,15 +222,69 @@ class OpenAIToolRenderer(OpenAIRenderer):
                              "function": {"name": call.name, "arguments": piece}}
                 self._events.append(self._chunk({"tool_calls": [delta]}))
 
-    def whole(self) -> bytes:
+    def message(self) -> dict[str, Any]:
         calls = [{"id": call.id, "type": "function", "function": {"name": call.name, "arguments": "".join(pieces)}}
                  for call, pieces in split_by_call(self.answer)]
-        message = {"role": "assistant", "content": None, "tool_calls": calls}
-        return orjson.dumps({**self.base, "object": "chat.completion", "choices": [
-            {"index": 0, "message": message, "finish_reason": _FINISH[self.answer.finish]}], "usage": self.usage})
+        return {"role": "assistant", "content": None, "tool_calls": calls}
 
     def opening(self) -> bytes:
         return self._chunk({"role": "assistant", "content": None}) + self.piece(0)
 
     def piece(self, index: int) -> bytes:
         return self._events[index]
+
+
+@dataclass(frozen=True)
+class EmbeddingAsk:
+    model: str
+    texts: list[str]
+    tokens: int  # the inputs' tokens together: what the encoder's forward pass reads
+    width: int  # of the encoder's vectors
+    dims: int  # of the vectors answered (a Matryoshka-style prefix when smaller)
+    base64: bool
+
+
+def parse_embeddings(body: Any, encoders: dict[str, Model]) -> EmbeddingAsk:
+    """POST /v1/embeddings: `encoders` are the embedding models the region serves, by name."""
+    if not isinstance(body, dict):
+        raise BadRequest(400, "The request body must be a JSON object.")
+    model = body.get("model")
+    if model not in encoders:
+        raise BadRequest(404 if not encoders else 400, f"The model {model!r} is not an embedding model of this "
+                         f"region; it serves {', '.join(encoders) or 'none'} for embeddings.", "model",
+                         "model_not_found")
+    value = body.get("input")
+    if isinstance(value, str) or (isinstance(value, list) and value and all(isinstance(v, int) for v in value)):
+        value = [value]  # one string, or one list of token ids
+    if not isinstance(value, list) or not value or not all(_one_input(v) for v in value):
+        raise BadRequest(400, "'input' must be a non-empty string, a list of them, or token ids (a list of "
+                              "integers, or a list of such lists).", "input")
+    encoder = encoders[model]
+    texts = [v if isinstance(v, str) else " ".join(map(str, v)) for v in value]
+    counts = [text.count_tokens(v) if isinstance(v, str) else len(v) for v in value]
+    if max(counts) > encoder.max_context:
+        raise BadRequest(400, f"An input of {max(counts)} tokens is longer than {model} reads "
+                              f"({encoder.max_context}).", "input", "context_length_exceeded")
+    width = encoder.embedding_dims
+    dims = width if body.get("dimensions") is None else positive_int(body["dimensions"], "dimensions")
+    if dims > width:
+        raise BadRequest(400, f"'dimensions' is at most {width} for {model}.", "dimensions")
+    encoding = body.get("encoding_format", "float")
+    if encoding not in ("float", "base64"):
+        raise BadRequest(400, "'encoding_format' must be 'float' or 'base64'.", "encoding_format")
+    return EmbeddingAsk(model, texts, sum(counts), width, dims, encoding == "base64")
+
+
+def _one_input(value: Any) -> bool:
+    if isinstance(value, str):
+        return bool(value)
+    return isinstance(value, list) and bool(value) and all(isinstance(v, int) and not isinstance(v, bool)
+                                                           for v in value)
+
+
+def embeddings_body(ask: EmbeddingAsk, vectors: list[list[float]]) -> bytes:
+    data = [{"object": "embedding", "index": i,
+             "embedding": base64.b64encode(array("f", v).tobytes()).decode() if ask.base64 else v}
+            for i, v in enumerate(vectors)]
+    return orjson.dumps({"object": "list", "data": data, "model": ask.model,
+                         "usage": {"prompt_tokens": ask.tokens, "total_tokens": ask.tokens}})
