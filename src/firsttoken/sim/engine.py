@@ -29,8 +29,9 @@ class Sequence:
     prompt_tokens: int
     max_output: int
     arrived_at: float
-    prefilled: int = 0
+    prefilled: int = 0  # starts at `cached` when the replica holds the prompt's prefix
     generated: int = 0
+    cached: int = 0  # prompt tokens whose prefill the replica's prefix cache skipped
     admitted_at: float | None = None
     cold_s: float = 0.0  # of its wait, the part spent while the model was being loaded back
     first_token_at: float | None = None

@@ -75,9 +75,10 @@ class Region:
         self.replicas[model][0].engine.check_fits(Sequence(prompt_tokens, max_tokens, 0.0))
 
     def admit(self, model: str, sequence: Sequence, api_key: str, now: float,
-              on_token: Callable[[float], None], requested: int | None = None) -> Replica:
+              on_token: Callable[[float], None], requested: int | None = None,
+              blocks: list[bytes] | None = None) -> Replica:
         """Place a sequence on a replica and return it, or raise Overloaded / RateLimited / ValueError (it
-        could never fit)."""
+        could never fit). `blocks`: its prompt's cacheable prefix (prefix_cache.block_hashes)."""
         replicas = self.replicas[model]
         replicas[0].engine.check_fits(sequence)  # before any charge: replicas share one shape
         bound = self.settings.max_queue
@@ -90,7 +91,7 @@ class Region:
         if refusal is not None:
             raise RateLimited(refusal, requested)
         replica = min(replicas, key=_placement)
-        replica.submit(sequence, on_token)
+        replica.submit(sequence, on_token, blocks)
         return replica
 
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from firsttoken.sim.engine import Engine, Sequence
 from firsttoken.sim.lateness import Lateness
+from firsttoken.sim.prefix_cache import BLOCK, PrefixCache
 
 log = logging.getLogger("firsttoken.sim")
 
@@ -24,6 +25,7 @@ log = logging.getLogger("firsttoken.sim")
 class Replica:
     def __init__(self, engine: Engine, idle_unload_s: float | None = None, load_s: float = 0.0) -> None:
         self.engine = engine
+        self.prefix = PrefixCache(engine.kv_capacity // BLOCK)  # as many blocks as its KV cache holds
         self.idle_unload_s = idle_unload_s
         self.load_s = load_s
         self.loaded = True
@@ -42,10 +44,15 @@ class Replica:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
 
-    def submit(self, sequence: Sequence, on_token: Callable[[float], None]) -> None:
+    def submit(self, sequence: Sequence, on_token: Callable[[float], None], blocks: list[bytes] | None = None) -> None:
         """Queue a request; `on_token` is called with the loop time of each of its tokens as it is released
         (synchronously, from the engine's loop: a callback, not a queue, so that a thousand streams cost a
-        thousand calls per step rather than a thousand task wake-ups)."""
+        thousand calls per step rather than a thousand task wake-ups). `blocks`: its prompt's cacheable
+        prefix, as block hashes: what this replica holds of it is not prefilled again."""
+        if blocks:
+            sequence.cached = self.prefix.cached_tokens(blocks, sequence.prompt_tokens)
+            sequence.prefilled = sequence.cached
+            self.prefix.keep(blocks)
         self.engine.submit(sequence)
         self._listeners[sequence] = on_token
         self._wake.set()

@@ -22,7 +22,8 @@ from firsttoken.sim.delivery import Delivery
 from firsttoken.sim.engine import Sequence
 from firsttoken.sim.lateness import Lateness
 from firsttoken.sim.region import Overloaded, RateLimited, Region
-from firsttoken.sim.wire import Ask, BadRequest, Renderer, WireFormat
+from firsttoken.sim.replica import Replica
+from firsttoken.sim.wire import Ask, BadRequest, PromptCache, Renderer, WireFormat
 from firsttoken.sim.wire_anthropic import AnthropicMessages
 from firsttoken.sim.wire_openai import OpenAIChat, embeddings_body, parse_embeddings
 
@@ -45,12 +46,23 @@ def _api_key(request: web.Request) -> str:
     return request.headers.get("x-api-key") or ANONYMOUS
 
 
-def _server_timing(sequence: Sequence, first: float, one_way_s: float) -> str:
+def _server_timing(sequence: Sequence, first: float, one_way_s: float, replica: Replica | None = None) -> str:
     admitted = sequence.admitted_at if sequence.admitted_at is not None else sequence.arrived_at
     queue_ms = max((admitted - sequence.arrived_at - sequence.cold_s) * 1000, 0.0)
     timing = (f"queue;dur={queue_ms:.2f}, cold;dur={sequence.cold_s * 1000:.2f}, "
               f"prefill;dur={(first - admitted) * 1000:.2f}")
+    if sequence.cached and replica is not None:  # what the prefix cache saved: that prefill, on this roofline
+        timing += f", cache-read;dur={replica.engine.deployment.prefill_s(sequence.cached) * 1000:.2f}"
     return timing + (f", distance;dur={one_way_s * 2000:.2f}" if one_way_s else "")
+
+
+def _prompt_cache(ask: Ask, sequence: Sequence) -> PromptCache:
+    """The usage's account of the prefix cache: what was read, and, of a prefix asked to be cached, what
+    was written."""
+    if not ask.cache_prefix:
+        return PromptCache(sequence.cached)
+    read = min(sequence.cached, ask.cache_prefix)
+    return PromptCache(read, ask.cache_prefix - read)
 
 
 class SimServer:
@@ -242,15 +254,17 @@ class SimServer:
         admitted = loop.time()
         try:
             replica = self.region.admit(ask.model, sequence, key, admitted, delivery,
-                                        requested=ask.prompt_tokens + ask.max_tokens * ask.n)
+                                        requested=ask.prompt_tokens + ask.max_tokens * ask.n,
+                                        blocks=ask.prompt_blocks)
         except (ValueError, Overloaded, RateLimited) as exc:
             self.requests["refused"] += 1
             await _until(arrived + one_way)  # and the refusal crossing back
             return self._refusal(wire, exc)
+        renderer.prompt_cache = _prompt_cache(ask, sequence)
         headers = self.region.limits.headers(key, admitted) if isinstance(wire, OpenAIChat) else {}
         try:
             first = await delivery.first
-            headers["Server-Timing"] = _server_timing(sequence, first, one_way)
+            headers["Server-Timing"] = _server_timing(sequence, first, one_way, replica)
             if not ask.stream:
                 last = await delivery.done
                 await _until(last + one_way)

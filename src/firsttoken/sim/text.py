@@ -44,12 +44,19 @@ def text_of(content: Any) -> str:
 
 def prompt_tokens(messages: Any) -> int:
     """Tokens in a chat's messages: their text, plus four per message for the role and separators."""
-    total = 0
-    for message in messages if isinstance(messages, list) else []:
-        if not isinstance(message, dict):
-            continue
-        total += 4 + count_tokens(text_of(message.get("content")))
-    return max(total, 1)
+    return max(len(prompt_token_list(messages)), 1)
+
+
+def prompt_token_list(messages: Any, system: str = "") -> list[str]:
+    """The prompt as the engine reads it: per message (the system prompt first, when there is one) four
+    framing tokens around its text's tokens."""
+    turns = [("system", system)] if system else []
+    turns += [(str(m.get("role")), text_of(m.get("content"))) for m in (messages if isinstance(messages, list) else [])
+              if isinstance(m, dict)]
+    tokens: list[str] = []
+    for role, content in turns:
+        tokens += ["<|start|>", role, "<|message|>", *words(content), "<|end|>"]
+    return tokens
 
 
 @dataclass(frozen=True)

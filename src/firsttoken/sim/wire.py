@@ -8,7 +8,7 @@ concatenation (the region must keep a thousand streams on schedule on one core).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from firsttoken.sim.lengths import Kind, kind_of
@@ -37,9 +37,20 @@ class Ask:
     tools: ToolUse | None = None  # the tools offered, and what is asked of them
     schema: dict[str, Any] | None = None  # the JSON schema the answer's text must satisfy (structured output)
     n: int = 1  # choices
+    prompt_blocks: list[bytes] = field(default_factory=list)  # its cacheable prefix, as KV block hashes
+    cache_prefix: int = 0  # tokens it asked to cache (Anthropic's cache_control); 0: cached without asking
+
+
+@dataclass(frozen=True)
+class PromptCache:
+    """What the replica's prefix cache did for a request, as its usage reports it."""
+    read: int = 0  # prompt tokens whose prefill was skipped
+    written: int = 0  # tokens asked to be cached that were computed and kept (Anthropic's cache creation)
 
 
 class Renderer(Protocol):
+    prompt_cache: PromptCache  # set once the request is admitted, before anything is rendered
+
     def whole(self) -> bytes:
         """The non-streaming response body."""
 

@@ -8,11 +8,13 @@ from typing import Any
 import orjson
 
 from firsttoken.sim import text
+from firsttoken.sim.prefix_cache import block_hashes
 from firsttoken.sim.text import Answer, split_by_call
 from firsttoken.sim.tools import ToolUse
 from firsttoken.sim.wire import (
     Ask,
     BadRequest,
+    PromptCache,
     Renderer,
     conversation,
     identity,
@@ -25,6 +27,7 @@ from firsttoken.sim.wire import (
 _ids = itertools.count(1)
 _STOP_REASON = {"length": "max_tokens", "stop": "end_turn", "tool_calls": "tool_use"}
 _TOOL_SHAPE = "{'name': ..., 'input_schema': {...}}"
+MIN_CACHED_TOKENS = 1024  # shorter prefixes are not cached, whatever cache_control says (Claude Sonnet, Opus)
 _CHOICES = {"auto": "auto", "any": "required", "none": "none"}
 # Anthropic's error types by status (docs.anthropic.com, "Errors"); 529 is its overload status.
 _ERROR_TYPE = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
@@ -73,6 +76,21 @@ def tool_use(body: dict[str, Any], messages: list[Any]) -> ToolUse | None:
                    after_results)
 
 
+def cache_breakpoint(system: Any, messages: list[Any], tokens: list[str]) -> int:
+    """The tokens of the prompt's prefix that `cache_control` asks to cache: through the end of the last
+    turn (the system prompt, or a message) with a marked block; 0 when none is marked or when that prefix
+    is shorter than Anthropic caches (MIN_CACHED_TOKENS)."""
+    turns = ([system] if system else []) + [m.get("content") if isinstance(m, dict) else None for m in messages]
+    end, through = 0, 0
+    for turn in turns:
+        if turn is None:
+            continue
+        end += 4 + len(text.words(text.text_of(turn)))
+        if isinstance(turn, list) and any(isinstance(b, dict) and b.get("cache_control") for b in turn):
+            through = end
+    return through if through >= MIN_CACHED_TOKENS else 0
+
+
 class AnthropicMessages:
     overload_status = 529
 
@@ -82,11 +100,12 @@ class AnthropicMessages:
             raise BadRequest(400, "max_tokens: Field required.", "max_tokens")
         max_tokens = positive_int(body["max_tokens"], "max_tokens")
         system = _system_text(body.get("system"))
-        prompt = text.prompt_tokens(messages) + (4 + text.count_tokens(system) if system else 0)
+        tokens = text.prompt_token_list(messages, system)
         kind, content, message = identity(body, messages, system)
-        return Ask(model, prompt, max_tokens, stop_list(body.get("stop_sequences"), "stop_sequences"),
+        cached = cache_breakpoint(body.get("system"), messages, tokens)
+        return Ask(model, max(len(tokens), 1), max_tokens, stop_list(body.get("stop_sequences"), "stop_sequences"),
                    bool(body.get("stream")), False, kind, content, body.get("ignore_eos") is True,
-                   message, tool_use(body, messages))
+                   message, tool_use(body, messages), None, 1, block_hashes(tokens[:cached], partial=True), cached)
 
     call_prefix = "toolu_sim"
 
@@ -101,6 +120,8 @@ class AnthropicMessages:
 
 
 class AnthropicRenderer:
+    prompt_cache = PromptCache()
+
     def __init__(self, ask: Ask, answer: Answer) -> None:
         self.ask, self.answer = ask, answer
         self.id = f"msg_sim{next(_ids):012d}"
@@ -116,7 +137,9 @@ class AnthropicRenderer:
         stop_sequence = self.answer.stop_sequence if stop_reason else None
         return {"id": self.id, "type": "message", "role": "assistant", "model": self.ask.model, "content": content,
                 "stop_reason": stop_reason, "stop_sequence": stop_sequence,
-                "usage": {"input_tokens": self.ask.prompt_tokens, "output_tokens": output_tokens}}
+                "usage": {"input_tokens": self.ask.prompt_tokens - self.prompt_cache.read - self.prompt_cache.written,
+                          "output_tokens": output_tokens, "cache_read_input_tokens": self.prompt_cache.read,
+                          "cache_creation_input_tokens": self.prompt_cache.written}}
 
     def whole(self) -> bytes:
         content = [{"type": "text", "text": "".join(self.answer.pieces)}]

@@ -13,12 +13,14 @@ import orjson
 
 from firsttoken.sim import text
 from firsttoken.sim.catalogue import Model
+from firsttoken.sim.prefix_cache import block_hashes
 from firsttoken.sim.text import Answer, split_by_call
 from firsttoken.sim.tools import ToolUse
 from firsttoken.sim.wire import (
     NO_PARAMETERS,
     Ask,
     BadRequest,
+    PromptCache,
     Renderer,
     conversation,
     identity,
@@ -106,10 +108,11 @@ class OpenAIChat:
         system = " ".join(text.text_of(m.get("content")) for m in messages
                           if isinstance(m, dict) and m.get("role") in ("system", "developer"))
         kind, content, message = identity(body, messages, system)
-        return Ask(model, text.prompt_tokens(messages), max_tokens, stop_list(body.get("stop"), "stop"),
+        tokens = text.prompt_token_list(messages)
+        return Ask(model, max(len(tokens), 1), max_tokens, stop_list(body.get("stop"), "stop"),
                    bool(body.get("stream")), include_usage, kind, content, body.get("ignore_eos") is True,
                    message, tool_use(body, messages), answer_schema(body.get("response_format")),
-                   choices(body.get("n")))
+                   choices(body.get("n")), block_hashes(tokens))
 
     call_prefix = "call_sim"
 
@@ -129,6 +132,8 @@ class OpenAIChat:
 class OpenAIRenderer:
     """One choice's answer (the request's only one, or choice `choice` of its `n`)."""
 
+    prompt_cache = PromptCache()
+
     def __init__(self, ask: Ask, answer: Answer, choice: int = 0, base: dict[str, Any] | None = None) -> None:
         self.ask, self.answer, self.choice = ask, answer, choice
         self.base = base or {"id": f"chatcmpl-sim{next(_ids)}", "object": "chat.completion.chunk",
@@ -140,8 +145,8 @@ class OpenAIRenderer:
         self._prefix = b"data: " + self._prefix
 
     @property
-    def usage(self) -> dict[str, int]:
-        return usage(self.ask, [self.answer])
+    def usage(self) -> dict[str, Any]:
+        return usage(self.ask, [self.answer], self.prompt_cache)
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
         payload = {**self.base, "choices": [{"index": self.choice, "delta": delta, "finish_reason": finish}]}
@@ -171,13 +176,13 @@ class OpenAIRenderer:
         return self.finish() + end_of_stream(self.ask, self.base, self.usage, decode_ms)
 
 
-def usage(ask: Ask, answers: list[Answer]) -> dict[str, int]:
+def usage(ask: Ask, answers: list[Answer], cache: PromptCache) -> dict[str, Any]:
     completion = sum(len(answer.pieces) for answer in answers)
     return {"prompt_tokens": ask.prompt_tokens, "completion_tokens": completion,
-            "total_tokens": ask.prompt_tokens + completion}
+            "total_tokens": ask.prompt_tokens + completion, "prompt_tokens_details": {"cached_tokens": cache.read}}
 
 
-def end_of_stream(ask: Ask, base: dict[str, Any], counts: dict[str, int], decode_ms: float) -> bytes:
+def end_of_stream(ask: Ask, base: dict[str, Any], counts: dict[str, Any], decode_ms: float) -> bytes:
     """After the finish chunks: the usage chunk when asked for, the ground truth, [DONE]."""
     tail = b"data: " + orjson.dumps({**base, "choices": [], "usage": counts}) + b"\n\n" if ask.include_usage else b""
     return tail + sim_timing(decode_ms) + b"data: [DONE]\n\n"
@@ -187,13 +192,15 @@ class OpenAIChoices:
     """`n` choices: each engine step carries a token of every choice still running (they are decoded
     together, in one batch, after one prefill of the shared prompt), each ends with its own finish."""
 
+    prompt_cache = PromptCache()
+
     def __init__(self, ask: Ask, renderers: list[OpenAIRenderer]) -> None:
         self.ask, self.renderers = ask, renderers
 
     def whole(self) -> bytes:
         base = self.renderers[0].base
         return orjson.dumps({**base, "object": "chat.completion", "choices": [r.whole_choice() for r in self.renderers],
-                             "usage": usage(self.ask, [r.answer for r in self.renderers])})
+                             "usage": usage(self.ask, [r.answer for r in self.renderers], self.prompt_cache)})
 
     def opening(self) -> bytes:
         return b"".join(r.opening() for r in self.renderers)
@@ -202,7 +209,7 @@ class OpenAIChoices:
         return b"".join(r.piece(index) for r in self.renderers if index < len(r.answer.pieces))
 
     def closing(self, decode_ms: float) -> bytes:
-        counts = usage(self.ask, [r.answer for r in self.renderers])
+        counts = usage(self.ask, [r.answer for r in self.renderers], self.prompt_cache)
         return b"".join(r.finish() for r in self.renderers) + end_of_stream(
             self.ask, self.renderers[0].base, counts, decode_ms)
 
