@@ -75,6 +75,7 @@ class Model:
     experts: int = 1  # MoE: routed experts per layer
     experts_per_token: int = 1  # MoE: top-k
     embedding_dims: int = 0  # an encoder that answers /v1/embeddings with vectors this long; 0: it generates text
+    reasoning: bool = False  # it thinks before it answers (reasoning tokens, counted and timed)
 
     def __post_init__(self) -> None:
         _check_name(self.name)
@@ -148,6 +149,10 @@ BUILTIN_MODELS: tuple[Model, ...] = (
     Model("llama-3.3-70b", 70.55, 80, 8192, 64, 8, 131072, 128256),
     # meta-llama/Llama-3.1-405B: the frontier-sized dense model
     Model("llama-3.1-405b", 405.85, 126, 16384, 128, 8, 131072, 128256),
+    # deepseek-ai/DeepSeek-R1-Distill-Llama-8B: Llama-3.1-8B's shape, trained to reason before answering
+    Model("deepseek-r1-distill-llama-8b", 8.030, 32, 4096, 32, 8, 131072, 128256, reasoning=True),
+    # Qwen/Qwen3-8B: 8.19B, head_dim 128, 40k native context; thinks unless told not to
+    Model("qwen3-8b", 8.191, 36, 4096, 32, 8, 40960, 151936, head_dim=128, reasoning=True),
     # Encoders for /v1/embeddings. BAAI/bge-small-en-v1.5: a BERT-small, 33.4M parameters, 384-wide vectors
     Model("bge-small-en-v1.5", 0.0334, 12, 384, 12, 12, 512, 30522, embedding_dims=384),
     # BAAI/bge-m3: an XLM-RoBERTa-large, 568M parameters, 1024-wide vectors, 8k context

@@ -21,7 +21,8 @@ class Delivery:
     """The tokens of one answer. The first is awaited (`first`); for a stream, the rest are written as they
     come, and `done` resolves once the last is out; for a whole answer they are only counted."""
 
-    def __init__(self, count: int, one_way_s: float, lateness: Lateness, renderer: Renderer | None) -> None:
+    def __init__(self, count: int, one_way_s: float, lateness: Lateness, renderer: Renderer | None,
+                 mark: int = 0) -> None:
         self.loop = asyncio.get_running_loop()
         self.count = max(count, 1)  # an answer cut to nothing by a stop sequence still takes one step
         self.one_way_s = one_way_s
@@ -32,11 +33,15 @@ class Delivery:
         self.released = 0
         self.transport: asyncio.Transport | None = None
         self._pending: list[tuple[int, float]] = []  # due before the response's headers were out
+        self.mark = mark  # a token whose release time is kept: the answer's first, after any thinking
+        self.marked_at: float | None = None
 
     def __call__(self, now: float) -> None:
         """One token released by the engine at loop time `now`."""
         index = self.released
         self.released += 1
+        if index == self.mark:
+            self.marked_at = now
         if index == 0:
             if not self.first.done():  # cancelled when the client left before its first token
                 self.first.set_result(now)

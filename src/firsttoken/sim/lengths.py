@@ -17,9 +17,11 @@ can rely on it.
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from bisect import bisect_right
 from enum import Enum
+from statistics import NormalDist
 from typing import Any
 
 import orjson
@@ -69,6 +71,20 @@ def natural_length(kind: Kind, fraction: float) -> int:
     at = min(bisect_right([p for p, _ in table], percentile), len(table) - 1)
     (p0, n0), (p1, n1) = table[at - 1], table[at]
     return max(round(n0 + (n1 - n0) * (percentile - p0) / (p1 - p0)), 1)
+
+
+# How long a reasoning model thinks, by effort: log-normal, median 256 / 512 / 1 024 tokens, σ 0.8 (about
+# 2.2× either way between the 16th and 84th percentiles). By construction, not from a trace: no published
+# per-request distribution of reasoning tokens was at hand; providers say only that they run "from a few
+# hundred to tens of thousands" (OpenAI's reasoning guide), and these keep offline runs to seconds.
+REASONING_MEDIAN = {"low": 256, "medium": 512, "high": 1024}
+REASONING_SIGMA = 0.8
+
+
+def reasoning_length(effort: str, fraction: float) -> int:
+    """Reasoning tokens at `fraction` of the effort's distribution."""
+    z = NormalDist().inv_cdf(min(max(fraction, 1e-9), 1 - 1e-9))
+    return max(round(REASONING_MEDIAN[effort] * math.exp(REASONING_SIGMA * z)), 1)
 
 
 def fraction_for(seed: int, content: Any) -> float:

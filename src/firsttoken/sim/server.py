@@ -182,9 +182,33 @@ class SimServer:
         return web.json_response(settings.model_dump())
 
     def _answers(self, ask: Ask, wire: WireFormat) -> list[text.Answer]:
-        """The request's `n` answers (choice 0 is what the same request with n = 1 gets)."""
-        return [self._answer(ask, wire, ask.content if choice == 0 else {"request": ask.content, "choice": choice})
-                for choice in range(ask.n)]
+        """The request's `n` answers (choice 0 is what the same request with n = 1 gets), each thought
+        about first when the model reasons and the request asks it to (or does not say, where the format
+        reasons by default). Tool calls come without thinking."""
+        effort = self._effort(ask, wire)
+        answers = []
+        for choice in range(ask.n):
+            content = ask.content if choice == 0 else {"request": ask.content, "choice": choice}
+            answer = self._answer(ask, wire, content)
+            if effort is not None and not answer.calls:
+                drawn = lengths.reasoning_length(effort, lengths.fraction_for(self.region.settings.seed,
+                                                                              {"thinking": content}))
+                answer = text.thought(min(drawn, ask.thinking_budget or drawn), ask.max_tokens, answer)
+            answers.append(answer)
+        return answers
+
+    def _effort(self, ask: Ask, wire: WireFormat) -> str | None:
+        """How hard the model thinks before answering; None: it does not."""
+        asked = ask.thinking_budget is not None or ask.reasoning_effort is not None
+        if asked and not self.region.settings.deployments[ask.model].model.reasoning:
+            field = "thinking" if ask.thinking_budget is not None else "reasoning_effort"
+            raise BadRequest(400, f"'{field}' is not supported with {ask.model}: it is not a reasoning model.", field)
+        if ask.thinking_budget is not None:
+            return "medium"
+        if ask.reasoning_effort is not None:
+            return None if ask.reasoning_effort == "none" else ask.reasoning_effort
+        return "medium" if wire.reasons_by_default and self.region.settings.deployments[ask.model].model.reasoning \
+            else None
 
     def _answer(self, ask: Ask, wire: WireFormat, content: Any) -> text.Answer:
         """Tool calls when the request's tools are to be called this turn; otherwise words. `content` is
@@ -232,8 +256,10 @@ class SimServer:
             answers = self._answers(ask, wire)
         except tools.ToolError as exc:
             return self._error(wire, 400, str(exc), exc.param)
+        except BadRequest as exc:
+            return self._error(wire, exc.status, str(exc), exc.param, exc.code)
         # n choices decode together after one prefill of their shared prompt: as many steps as the longest
-        steps = max(len(answer.pieces) for answer in answers)
+        steps = max(answer.steps for answer in answers)
         await _until(loop.time() + one_way)  # the request crossing to the region
         arrived = loop.time()
         self.requests["received"] += 1
@@ -244,7 +270,8 @@ class SimServer:
         sequence = Sequence(ask.prompt_tokens, max(steps, 1), arrived)
         key = _api_key(request)
         renderer = wire.renderer(ask, answers)
-        delivery = Delivery(steps, one_way, self.lateness, renderer if ask.stream else None)
+        thinking = len(answers[0].reasoning)
+        delivery = Delivery(steps, one_way, self.lateness, renderer if ask.stream else None, mark=thinking)
         if fault.delay_s:  # a stall or a busy region: it counts as queue in the ground truth
             try:
                 await _until(arrived + fault.delay_s)
@@ -267,6 +294,8 @@ class SimServer:
             headers["Server-Timing"] = _server_timing(sequence, first, one_way, replica)
             if not ask.stream:
                 last = await delivery.done
+                if thinking and delivery.marked_at is not None:  # the thinking before the answer's first token
+                    headers["Server-Timing"] += f", reasoning;dur={(delivery.marked_at - first) * 1000:.2f}"
                 await _until(last + one_way)
                 return web.Response(body=renderer.whole(), content_type="application/json", headers=headers)
             return await self._stream(request, delivery, renderer, first, headers, one_way)

@@ -65,6 +65,27 @@ class Answer:
     finish: str  # "length" (cut at max_tokens) | "stop" (ended on its own, or at a stop sequence) | "tool_calls"
     stop_sequence: str | None = None  # the one that ended it
     calls: list[Call] = field(default_factory=list)  # the tool calls the pieces spell, one after the other
+    reasoning: list[str] = field(default_factory=list)  # the thinking before the answer, one piece per token
+
+    @property
+    def steps(self) -> int:
+        """Engine steps to produce it: its reasoning tokens, then its answer's."""
+        return len(self.reasoning) + len(self.pieces)
+
+
+THINKING = ("First, what is being asked, and what do I know about it? The answer should follow from the "
+            "request itself; let me check each part before I write it down.").split(" ")
+
+
+def thought(reasoning_tokens: int, max_tokens: int, then: Answer) -> Answer:
+    """`then`, thought about first for `reasoning_tokens` tokens, all within max_tokens (the thinking
+    counts against it, so a long one leaves the answer short, or empty and cut: `length`)."""
+    reasoning = [THINKING[i % len(THINKING)] if i == 0 else " " + THINKING[i % len(THINKING)]
+                 for i in range(min(reasoning_tokens, max_tokens))]
+    room = max_tokens - len(reasoning)
+    if len(then.pieces) <= room:
+        return Answer(then.pieces, then.finish, then.stop_sequence, then.calls, reasoning)
+    return Answer(then.pieces[:room], "length", None, then.calls, reasoning)
 
 
 def tool_answer(calls: list[Call], max_tokens: int) -> Answer:

@@ -39,6 +39,8 @@ class Ask:
     n: int = 1  # choices
     prompt_blocks: list[bytes] = field(default_factory=list)  # its cacheable prefix, as KV block hashes
     cache_prefix: int = 0  # tokens it asked to cache (Anthropic's cache_control); 0: cached without asking
+    reasoning_effort: str | None = None  # asked for: none | low | medium | high (None: the model's default)
+    thinking_budget: int | None = None  # Anthropic's extended thinking, when enabled: at most this many tokens
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,7 @@ class Renderer(Protocol):
 
 class WireFormat(Protocol):
     call_prefix: str  # of the ids of the tool calls it answers with
+    reasons_by_default: bool  # a reasoning model thinks unless told not to (OpenAI) or only when asked (Anthropic)
 
     def parse(self, body: Any, models: list[str]) -> Ask: ...
 

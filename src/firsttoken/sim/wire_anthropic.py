@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import itertools
 from typing import Any
 
@@ -76,6 +78,25 @@ def tool_use(body: dict[str, Any], messages: list[Any]) -> ToolUse | None:
                    after_results)
 
 
+MIN_THINKING_BUDGET = 1024  # Anthropic's floor for budget_tokens
+
+
+def thinking_budget(value: Any, max_tokens: int) -> int | None:
+    """Extended thinking's budget when `thinking` enables it; None when it is absent or disabled."""
+    if value is None or (isinstance(value, dict) and value.get("type") == "disabled"):
+        return None
+    budget = value.get("budget_tokens") if isinstance(value, dict) and value.get("type") == "enabled" else None
+    if isinstance(budget, bool) or not isinstance(budget, int):
+        raise BadRequest(400, "thinking: expected {'type': 'enabled', 'budget_tokens': N} or {'type': 'disabled'}.",
+                         "thinking")
+    if budget < MIN_THINKING_BUDGET:
+        raise BadRequest(400, f"thinking.budget_tokens: Input should be greater than or equal to "
+                              f"{MIN_THINKING_BUDGET}.", "thinking")
+    if budget >= max_tokens:
+        raise BadRequest(400, "`max_tokens` must be greater than `thinking.budget_tokens`.", "thinking")
+    return budget
+
+
 def cache_breakpoint(system: Any, messages: list[Any], tokens: list[str]) -> int:
     """The tokens of the prompt's prefix that `cache_control` asks to cache: through the end of the last
     turn (the system prompt, or a message) with a marked block; 0 when none is marked or when that prefix
@@ -105,9 +126,11 @@ class AnthropicMessages:
         cached = cache_breakpoint(body.get("system"), messages, tokens)
         return Ask(model, max(len(tokens), 1), max_tokens, stop_list(body.get("stop_sequences"), "stop_sequences"),
                    bool(body.get("stream")), False, kind, content, body.get("ignore_eos") is True,
-                   message, tool_use(body, messages), None, 1, block_hashes(tokens[:cached], partial=True), cached)
+                   message, tool_use(body, messages), None, 1, block_hashes(tokens[:cached], partial=True), cached,
+                   None, thinking_budget(body.get("thinking"), max_tokens))
 
     call_prefix = "toolu_sim"
+    reasons_by_default = False
 
     def renderer(self, ask: Ask, answers: list[Answer]) -> Renderer:
         [answer] = answers  # Messages has no `n`
@@ -125,9 +148,18 @@ class AnthropicRenderer:
     def __init__(self, ask: Ask, answer: Answer) -> None:
         self.ask, self.answer = ask, answer
         self.id = f"msg_sim{next(_ids):012d}"
-        head = _event("content_block_delta", {"type": "content_block_delta", "index": 0,
+        # With extended thinking, block 0 is the thinking and the text is block 1.
+        self._thinking = len(answer.reasoning)
+        self._text_block = 1 if self._thinking else 0
+        head = _event("content_block_delta", {"type": "content_block_delta", "index": self._text_block,
                                               "delta": {"type": "text_delta", "text": ""}})
         self._prefix, self._suffix = head.split(b'""', 1)
+        thinking = _event("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                                  "delta": {"type": "thinking_delta", "thinking": ""}})
+        self._thinking_prefix, self._thinking_suffix = thinking.split(b'""', 1)
+        # The thinking's signature: opaque to the client, the same for the same thinking.
+        self.signature = base64.b64encode(hashlib.blake2b("".join(answer.reasoning).encode(),
+                                                          digest_size=48).digest()).decode()
 
     @property
     def stop_reason(self) -> str:
@@ -143,25 +175,42 @@ class AnthropicRenderer:
 
     def whole(self) -> bytes:
         content = [{"type": "text", "text": "".join(self.answer.pieces)}]
-        return orjson.dumps(self._message(content, self.stop_reason, len(self.answer.pieces)))
+        if self._thinking:
+            content.insert(0, {"type": "thinking", "thinking": "".join(self.answer.reasoning),
+                               "signature": self.signature})
+        return orjson.dumps(self._message(content, self.stop_reason, self.answer.steps))
 
     def opening(self) -> bytes:
         start = _event("message_start", {"type": "message_start", "message": self._message([], None, 1)})
+        first_block = {"type": "thinking", "thinking": ""} if self._thinking else {"type": "text", "text": ""}
         block = _event("content_block_start", {"type": "content_block_start", "index": 0,
-                                               "content_block": {"type": "text", "text": ""}})
-        first = self.piece(0) if self.answer.pieces else b""
+                                               "content_block": first_block})
+        first = self.piece(0) if self.answer.steps else b""
         return start + block + _event("ping", {"type": "ping"}) + first
 
     def piece(self, index: int) -> bytes:
-        return self._prefix + orjson.dumps(self.answer.pieces[index]) + self._suffix
+        if index < self._thinking:
+            return self._thinking_prefix + orjson.dumps(self.answer.reasoning[index]) + self._thinking_suffix
+        text = self._prefix + orjson.dumps(self.answer.pieces[index - self._thinking]) + self._suffix
+        return self._end_of_thinking() + text if index == self._thinking and self._thinking else text
+
+    def _end_of_thinking(self) -> bytes:
+        """The thinking block's signature and end, and the text block's start."""
+        return (_event("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                               "delta": {"type": "signature_delta", "signature": self.signature}})
+                + _event("content_block_stop", {"type": "content_block_stop", "index": 0})
+                + _event("content_block_start", {"type": "content_block_start", "index": 1,
+                                                 "content_block": {"type": "text", "text": ""}}))
 
     def closing(self, decode_ms: float) -> bytes:
-        stop = _event("content_block_stop", {"type": "content_block_stop", "index": 0})
+        # max_tokens may have cut the thinking short: its end and an empty text block come now
+        unended = self._end_of_thinking() if self._thinking and not self.answer.pieces else b""
+        stop = _event("content_block_stop", {"type": "content_block_stop", "index": self._text_block})
         delta = _event("message_delta", {
             "type": "message_delta",
             "delta": {"stop_reason": self.stop_reason, "stop_sequence": self.answer.stop_sequence},
-            "usage": {"output_tokens": len(self.answer.pieces)}})
-        return stop + delta + sim_timing(decode_ms) + _event("message_stop", {"type": "message_stop"})
+            "usage": {"output_tokens": self.answer.steps}})
+        return unended + stop + delta + sim_timing(decode_ms) + _event("message_stop", {"type": "message_stop"})
 
 
 class AnthropicToolRenderer(AnthropicRenderer):
@@ -188,7 +237,7 @@ class AnthropicToolRenderer(AnthropicRenderer):
     def whole(self) -> bytes:
         content = [{"type": "tool_use", "id": call.id, "name": call.name, "input": orjson.loads(call.arguments)}
                    for call, pieces in split_by_call(self.answer) if len(pieces) == len(call.pieces)]
-        return orjson.dumps(self._message(content, self.stop_reason, len(self.answer.pieces)))
+        return orjson.dumps(self._message(content, self.stop_reason, self.answer.steps))
 
     def opening(self) -> bytes:
         start = _event("message_start", {"type": "message_start", "message": self._message([], None, 1)})
@@ -200,6 +249,6 @@ class AnthropicToolRenderer(AnthropicRenderer):
     def closing(self, decode_ms: float) -> bytes:
         delta = _event("message_delta", {"type": "message_delta",
                                          "delta": {"stop_reason": self.stop_reason, "stop_sequence": None},
-                                         "usage": {"output_tokens": len(self.answer.pieces)}})
+                                         "usage": {"output_tokens": self.answer.steps}})
         stop = _event("content_block_stop", {"type": "content_block_stop", "index": self._blocks - 1})
         return stop + delta + sim_timing(decode_ms) + _event("message_stop", {"type": "message_stop"})

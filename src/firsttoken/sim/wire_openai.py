@@ -66,6 +66,18 @@ def answer_schema(value: Any) -> dict[str, Any] | None:
                      "response_format")
 
 
+EFFORTS = {"none": "none", "minimal": "low", "low": "low", "medium": "medium", "high": "high"}
+
+
+def effort(value: Any) -> str | None:
+    if value is None:
+        return None
+    if value not in EFFORTS:
+        raise BadRequest(400, f"'reasoning_effort' must be one of {', '.join(EFFORTS)}, got {value!r}.",
+                         "reasoning_effort")
+    return EFFORTS[value]
+
+
 MAX_CHOICES = 128  # as OpenAI's API bounds `n`
 
 
@@ -112,9 +124,10 @@ class OpenAIChat:
         return Ask(model, max(len(tokens), 1), max_tokens, stop_list(body.get("stop"), "stop"),
                    bool(body.get("stream")), include_usage, kind, content, body.get("ignore_eos") is True,
                    message, tool_use(body, messages), answer_schema(body.get("response_format")),
-                   choices(body.get("n")), block_hashes(tokens))
+                   choices(body.get("n")), block_hashes(tokens), 0, effort(body.get("reasoning_effort")))
 
     call_prefix = "call_sim"
+    reasons_by_default = True
 
     def renderer(self, ask: Ask, answers: list[Answer]) -> Renderer:
         renderers: list[OpenAIRenderer] = []
@@ -143,6 +156,11 @@ class OpenAIRenderer:
                                                        "finish_reason": None}]})
         self._prefix, self._suffix = head.split(b'""', 1)
         self._prefix = b"data: " + self._prefix
+        # Thinking streams first, as `reasoning_content` (as vLLM's reasoning parsers and DeepSeek send it).
+        self._thinking = len(answer.reasoning)
+        head = head.replace(b'"content"', b'"reasoning_content"', 1)
+        self._reasoning_prefix, self._reasoning_suffix = head.split(b'""', 1)
+        self._reasoning_prefix = b"data: " + self._reasoning_prefix
 
     @property
     def usage(self) -> dict[str, Any]:
@@ -153,7 +171,10 @@ class OpenAIRenderer:
         return b"data: " + orjson.dumps(payload) + b"\n\n"
 
     def message(self) -> dict[str, Any]:
-        return {"role": "assistant", "content": "".join(self.answer.pieces)}
+        message = {"role": "assistant", "content": "".join(self.answer.pieces)}
+        if self.answer.reasoning:
+            message["reasoning_content"] = "".join(self.answer.reasoning)
+        return message
 
     def whole_choice(self) -> dict[str, Any]:
         return {"index": self.choice, "message": self.message(), "finish_reason": _FINISH[self.answer.finish]}
@@ -163,11 +184,14 @@ class OpenAIRenderer:
                              "usage": self.usage})
 
     def opening(self) -> bytes:
-        first = self.piece(0) if self.answer.pieces else b""
+        first = self.piece(0) if self.answer.steps else b""
         return self._chunk({"role": "assistant", "content": ""}) + first
 
     def piece(self, index: int) -> bytes:
-        return self._prefix + orjson.dumps(self.answer.pieces[index]) + self._suffix + b"\n\n"
+        if index < self._thinking:
+            return (self._reasoning_prefix + orjson.dumps(self.answer.reasoning[index]) + self._reasoning_suffix
+                    + b"\n\n")
+        return self._prefix + orjson.dumps(self.answer.pieces[index - self._thinking]) + self._suffix + b"\n\n"
 
     def finish(self) -> bytes:
         return self._chunk({}, _FINISH[self.answer.finish])
@@ -177,9 +201,10 @@ class OpenAIRenderer:
 
 
 def usage(ask: Ask, answers: list[Answer], cache: PromptCache) -> dict[str, Any]:
-    completion = sum(len(answer.pieces) for answer in answers)
+    completion = sum(answer.steps for answer in answers)
     return {"prompt_tokens": ask.prompt_tokens, "completion_tokens": completion,
-            "total_tokens": ask.prompt_tokens + completion, "prompt_tokens_details": {"cached_tokens": cache.read}}
+            "total_tokens": ask.prompt_tokens + completion, "prompt_tokens_details": {"cached_tokens": cache.read},
+            "completion_tokens_details": {"reasoning_tokens": sum(len(answer.reasoning) for answer in answers)}}
 
 
 def end_of_stream(ask: Ask, base: dict[str, Any], counts: dict[str, Any], decode_ms: float) -> bytes:
@@ -206,7 +231,7 @@ class OpenAIChoices:
         return b"".join(r.opening() for r in self.renderers)
 
     def piece(self, index: int) -> bytes:
-        return b"".join(r.piece(index) for r in self.renderers if index < len(r.answer.pieces))
+        return b"".join(r.piece(index) for r in self.renderers if index < r.answer.steps)
 
     def closing(self, decode_ms: float) -> bytes:
         counts = usage(self.ask, [r.answer for r in self.renderers], self.prompt_cache)
