@@ -69,7 +69,8 @@ class Delivery:
         if not transport.is_closing():  # else the client left; the handler's cancellation cleans up
             assert self.renderer is not None
             event = self.renderer.piece(index)
-            transport.write(b"%x\r\n%b\r\n" % (len(event), event))  # one HTTP/1.1 chunk
+            if event:  # a step can say nothing (hidden thinking); an empty chunk would end the response
+                transport.write(b"%x\r\n%b\r\n" % (len(event), event))  # one HTTP/1.1 chunk
             self.lateness.record(self.loop.time() - now - self.one_way_s)
         if index == self.count - 1:
             self._finish(now)

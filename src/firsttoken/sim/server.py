@@ -1,4 +1,4 @@
-"""The simulated region's HTTP face: OpenAI chat completions and Anthropic messages (streaming and
+"""The simulated region's HTTP face: OpenAI chat completions and Responses, Anthropic messages (streaming and
 not), and /v1/models, on aiohttp.web (a test and demo upstream, not the gateway's hot path).
 
 Ground truth travels with every answer: `Server-Timing: queue, cold, prefill` (sent when the first
@@ -26,6 +26,7 @@ from firsttoken.sim.replica import Replica
 from firsttoken.sim.wire import Ask, BadRequest, PromptCache, Renderer, WireFormat
 from firsttoken.sim.wire_anthropic import AnthropicMessages
 from firsttoken.sim.wire_openai import OpenAIChat, embeddings_body, parse_embeddings
+from firsttoken.sim.wire_responses import Responses
 
 ANONYMOUS = "anonymous"
 MAX_BODY_BYTES = 16 * 1024 * 1024  # as the gateway's own default limit
@@ -73,11 +74,12 @@ class SimServer:
         # (the client left before the engine finished it), so that a benchmark can count what reached us
         self.requests: Counter[str] = Counter()
         self.app = web.Application(client_max_size=MAX_BODY_BYTES)
-        self.openai, self.anthropic = OpenAIChat(), AnthropicMessages()
+        self.openai, self.anthropic, self.responses = OpenAIChat(), AnthropicMessages(), Responses()
         for prefix in ("/v1", ""):
             self.app.router.add_post(f"{prefix}/chat/completions", self.chat_completions)
             self.app.router.add_post(f"{prefix}/messages", self.messages)
             self.app.router.add_post(f"{prefix}/embeddings", self.embeddings)
+            self.app.router.add_post(f"{prefix}/responses", self.create_response)
             self.app.router.add_get(f"{prefix}/models", self.models)
             self.app.router.add_get(f"{prefix}/models/{{model}}", self.model)
         self.app.router.add_get("/sim/stats", self.stats)
@@ -98,6 +100,9 @@ class SimServer:
 
     async def messages(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, self.anthropic)
+
+    async def create_response(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, self.responses)
 
     async def embeddings(self, request: web.Request) -> web.Response:
         """Vectors from an encoder: its forward pass over the inputs is a prefill on the engine, timed as one."""
