@@ -95,5 +95,12 @@ def test_max_output_tokens_and_bad_requests(client) -> None:
         client.responses.create(model=MODEL, input=[])
     assert bad.value.body["param"] == "input"
     with pytest.raises(openai.BadRequestError) as tool:
-        client.responses.create(model=MODEL, input="hi", tools=[{"type": "web_search"}])
+        client.responses.create(model=MODEL, input="hi", tools=["web_search"])
     assert tool.value.body["param"] == "tools[0]"
+    # tools it never calls (a provider's own, as agents send them along) are accepted and left alone
+    searched = client.responses.create(model=MODEL, input="get weather in Accra",
+                                       tools=[{"type": "web_search"}, *TOOLS])
+    assert [item.type for item in searched.output] == ["function_call"]
+    unstored = client.responses.create(model=MODEL, input="Forget this", store=False, max_output_tokens=5)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.create(model=MODEL, previous_response_id=unstored.id, input="And?")

@@ -41,6 +41,7 @@ class Ask:
     cache_prefix: int = 0  # tokens it asked to cache (Anthropic's cache_control); 0: cached without asking
     reasoning_effort: str | None = None  # asked for: none | low | medium | high (None: the model's default)
     thinking_budget: int | None = None  # Anthropic's extended thinking, when enabled: at most this many tokens
+    store: bool = False  # keep the answer for a later request to continue (Responses' store)
 
 
 @dataclass(frozen=True)

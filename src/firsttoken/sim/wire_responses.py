@@ -44,8 +44,9 @@ class Responses:
                                 "stream": bool(body.get("stream")), "stream_options": {"include_usage": True}}
         limit = body.get("max_output_tokens")
         chat["max_tokens"] = DEFAULT_MAX_OUTPUT if limit is None else positive_int(limit, "max_output_tokens")
-        if body.get("tools"):
-            chat["tools"] = [chat_tool(t, i) for i, t in enumerate(_list(body["tools"], "tools"))]
+        tools = [chat_tool(t, i) for i, t in enumerate(_list(body.get("tools") or [], "tools"))]
+        if any(tools):
+            chat["tools"] = [tool for tool in tools if tool is not None]
             chat["tool_choice"] = chat_tool_choice(body.get("tool_choice", "auto"))
             chat["parallel_tool_calls"] = body.get("parallel_tool_calls", True)
         fmt = (body.get("text") or {}).get("format") if isinstance(body.get("text"), dict) else None
@@ -61,7 +62,8 @@ class Responses:
             if key in body:
                 chat[key] = body[key]
         ask = self.chat.parse(chat, models)
-        return Ask(**{**ask.__dict__, "include_usage": True, "content": {**ask.content, "responses": True}})
+        return Ask(**{**ask.__dict__, "include_usage": True, "content": {**ask.content, "responses": True},
+                      "store": body.get("store") is not False})
 
     def _items(self, body: dict[str, Any]) -> list[dict[str, Any]]:
         """The conversation's items: a previous response's (when continued), then this input's."""
@@ -128,10 +130,13 @@ def _text(content: Any) -> str:
     return str(content or "")
 
 
-def chat_tool(tool: Any, index: int) -> dict[str, Any]:
-    if not isinstance(tool, dict) or tool.get("type") != "function":
-        raise BadRequest(400, f"tools[{index}]: the region calls function tools "
-                              "({'type': 'function', 'name': ..., 'parameters': {...}}).", f"tools[{index}]")
+def chat_tool(tool: Any, index: int) -> dict[str, Any] | None:
+    """A function tool in chat's shape; None for the other kinds (web search, a shell, custom grammars),
+    which agents send along and the region never calls."""
+    if not isinstance(tool, dict) or not isinstance(tool.get("type"), str):
+        raise BadRequest(400, f"tools[{index}]: expected a tool object with a 'type'.", f"tools[{index}]")
+    if tool["type"] != "function":
+        return None
     return {"type": "function", "function": {key: tool[key] for key in ("name", "description", "parameters")
                                              if key in tool}}
 
@@ -197,6 +202,8 @@ class ResponsesRenderer:
         return orjson.dumps(self.response("completed"))
 
     def _remember(self) -> None:
+        if not self.ask.store:
+            return
         items = self.ask.content.get("messages") or []  # the chat messages this response answered
         self.responses.remember(self.id, [*_as_items(items), *self.output()])
 
