@@ -266,6 +266,11 @@ class Streaming(_Strict):
     client_stall_s: float = Field(60.0, gt=0, description="a client that reads nothing for this long is dropped")
 
 
+class CorsSettings(_Strict):
+    origins: list[str] = Field(min_length=1, description="origins browser apps may call from "
+                                                         "(https://app.example.com), or '*' for any")
+
+
 class Otlp(_Strict):
     endpoint: str = Field(description="the collector's OTLP/HTTP URL: http://host:4318 (/v1/traces is added)")
     headers: dict[str, SecretStr] = Field(default_factory=dict, description="sent with every export (API keys)")
@@ -304,6 +309,7 @@ class Settings(_Strict):
     streaming: Streaming = Field(default_factory=Streaming)
     journeys: Journeys = Field(default_factory=Journeys)
     sim: SimSettings | None = None  # an in-process simulated region; the upstream when none is configured
+    cors: CorsSettings | None = None  # off unless set: browser apps from these origins may call the gateway
     _source: str = PrivateAttr("defaults")  # where the settings came from, for the start-up banner
 
     _location = field_validator("location")(lambda cls, value: _known_place(value))

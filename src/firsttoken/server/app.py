@@ -36,6 +36,7 @@ from firsttoken.server.admission import Admission
 from firsttoken.server.auth import ClientKeys
 from firsttoken.server.catalog import Catalog
 from firsttoken.server.chat import ChatCompletions
+from firsttoken.server.cors import Cors, is_preflight
 from firsttoken.server.egress import Egress
 from firsttoken.server.http import (
     ClientDisconnected,
@@ -98,6 +99,7 @@ class Gateway:
                           self.embedded.description if self.embedded is not None else None)
         ops = Ops(keys, journeys, self.sink, self.metrics, router, self.keep_warm, upstreams)
         self.client_rtt = RttReader()
+        self.cors = Cors(settings.cors.origins) if settings.cors is not None else None
         # request ids: a per-process random prefix and a counter; unique without a syscall per request
         self._id_prefix = os.urandom(6).hex().encode()
         self._ids = itertools.count(1)
@@ -177,6 +179,13 @@ class Gateway:
         timeline = Timeline(request_id.decode())
         timeline.client_rtt = self.client_rtt.rtt(client_transport(receive), timeline.received)
         base: Headers = [(b"x-request-id", request_id)]
+        cors = self.cors
+        origin = cors.allowed(scope) if cors is not None else None
+        if cors is not None and origin is not None:
+            if is_preflight(scope):
+                await cors.preflight(scope, send, origin)
+                return
+            base += cors.headers(origin)
         methods = self.routes.get(scope["path"])
         if methods is None:
             methods = next((m for prefix, m in self.prefix_routes.items() if scope["path"].startswith(prefix)), None)
