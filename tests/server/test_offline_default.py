@@ -36,7 +36,9 @@ def test_serve_alone_streams_from_a_simulated_region(tmp_path: Path) -> None:
                 time.sleep(0.05)
         client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
         models = client.models.list().data
-        assert [m.id for m in models] == ["sim/llama-3.1-8b", "sim/bge-small-en-v1.5"]
+        assert [m.id for m in models] == ["llama-3.1-8b", "bge-small-en-v1.5", "sim/llama-3.1-8b",
+                                          "sim/bge-small-en-v1.5"]  # the names to ask for, then where they go
+        assert client.models.retrieve("llama-3.1-8b").targets == ["sim/llama-3.1-8b"]
         assert "simulated region in this process" in models[0].description
         assert "aws:us-east-1" in models[0].description and "Lagos" in models[0].description
         started, first, content = time.perf_counter(), None, ""

@@ -252,3 +252,14 @@ def _raw_stream(gateway, body: dict) -> list[str]:
                       headers={"Authorization": f"Bearer {CLIENT_KEY}"}) as response:
         assert response.status_code == 200
         return [line for line in response.iter_lines() if line]
+
+
+def test_a_model_by_its_id(client: openai.OpenAI) -> None:
+    assert client.models.retrieve("chat").targets  # an alias, with where it goes
+    assert client.models.retrieve("fake/echo").owned_by == "fake"
+    assert client.models.retrieve("fake/not-listed-but-routable").id == "fake/not-listed-but-routable"
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.models.retrieve("gpt-9")
+    assert missing.value.body["code"] == "model_not_found"
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("nowhere/gpt-9")

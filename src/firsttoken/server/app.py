@@ -114,7 +114,9 @@ class Gateway:
             self.routes.setdefault(path, {})[method] = handler
         self.routes["/v1/journeys"] = {"GET": ops.journey_list}
         self.routes["/v1/routing"] = {"GET": ops.routing}
-        self.prefix_routes: dict[str, dict[str, Handler]] = {"/v1/journeys/": {"GET": ops.journey}}
+        self.prefix_routes: dict[str, dict[str, Handler]] = {"/v1/journeys/": {"GET": ops.journey},
+                                                            "/v1/models/": {"GET": catalog.model},
+                                                            "/models/": {"GET": catalog.model}}
         self.routes["/metrics"] = {"GET": ops.prometheus}
         self.routes["/healthz"] = {"GET": ops.healthz}
         self.routes["/readyz"] = {"GET": ops.readyz}

@@ -1,11 +1,16 @@
-"""The model API's other routes: POST /v1/embeddings (forwarded like a whole answer) and GET /v1/models
-(every alias and every upstream's model)."""
+"""The model API's other routes: POST /v1/embeddings (forwarded like a whole answer), GET /v1/models
+(the names a client can ask for: every alias, every bare model name an upstream lists, every
+`upstream/model`) and GET /v1/models/{id} (one of them, or any name that resolves)."""
 
 from __future__ import annotations
 
+from typing import Any
+from urllib.parse import unquote
+
 from firsttoken.config import SIM_UPSTREAM, Streaming
+from firsttoken.errors import not_found
 from firsttoken.journey.timeline import Timeline
-from firsttoken.routing.targets import TargetResolver
+from firsttoken.routing.targets import Target, TargetResolver
 from firsttoken.server import validate
 from firsttoken.server.admission import Admission
 from firsttoken.server.disconnect import until_disconnect
@@ -41,13 +46,39 @@ class Catalog:
 
     async def models(self, scope: Scope, receive: Receive, send: Send, base: Headers, timeline: Timeline) -> None:
         self.admission.keys.tenant(scope)
-        data = [{"id": alias, "object": "model", "created": 0, "owned_by": "firsttoken",
-                 "targets": [t.label for t in targets]} for alias, targets in self.resolver.aliases.items()]
-        for name in self.egress.upstreams.links:
-            data += [{"id": f"{name}/{model}", "object": "model", "created": 0, "owned_by": name}
-                     for model in self.resolver.models_of(name)]
-        if self.simulated is not None:  # say plainly which answers come from a simulation
-            for entry in data:
-                if str(entry["id"]).startswith(f"{SIM_UPSTREAM}/"):
-                    entry["description"] = self.simulated
-        await send_json(send, 200, {"object": "list", "data": data}, response_headers(base, timeline))
+        await send_json(send, 200, {"object": "list", "data": self._entries()}, response_headers(base, timeline))
+
+    async def model(self, scope: Scope, receive: Receive, send: Send, base: Headers, timeline: Timeline) -> None:
+        """One model by its id: a listed name, or an `upstream/model` the gateway would route; 404 otherwise."""
+        self.admission.keys.tenant(scope)
+        name = unquote(scope["path"].split("/models/", 1)[1])
+        entry = next((e for e in self._entries() if e["id"] == name), None)
+        if entry is None and "/" in name:
+            entry = self._entry(name, self.resolver.resolve(name))  # an unknown upstream is a 404 there
+        if entry is None:
+            raise not_found(f"The model {name!r} is not listed here; GET /v1/models lists the names to ask for.",
+                            param="model", code="model_not_found")
+        await send_json(send, 200, entry, response_headers(base, timeline))
+
+    def _entries(self) -> list[dict[str, Any]]:
+        """Aliases, then bare names (each model an upstream lists, routed to every upstream that lists it),
+        then `upstream/model`."""
+        entries = [self._entry(alias, targets) for alias, targets in self.resolver.aliases.items()]
+        listed = {f"{name}/{model}": [Target(name, model)]
+                  for name in self.egress.upstreams.links for model in self.resolver.models_of(name)}
+        bare: dict[str, list[Target]] = {}
+        for targets in listed.values():
+            if targets[0].model not in self.resolver.aliases:  # an alias of that name takes it
+                bare.setdefault(targets[0].model, []).extend(targets)
+        entries += [self._entry(name, targets) for name, targets in bare.items()]
+        return entries + [self._entry(label, targets) for label, targets in listed.items()]
+
+    def _entry(self, name: str, targets: list[Target]) -> dict[str, Any]:
+        direct = len(targets) == 1 and name == targets[0].label
+        entry: dict[str, Any] = {"id": name, "object": "model", "created": 0,
+                                 "owned_by": targets[0].upstream if direct else "firsttoken"}
+        if not direct:
+            entry["targets"] = [t.label for t in targets]
+        if self.simulated is not None and any(t.upstream == SIM_UPSTREAM for t in targets):
+            entry["description"] = self.simulated  # say plainly which answers come from a simulation
+        return entry
