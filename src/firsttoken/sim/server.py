@@ -204,16 +204,16 @@ class SimServer:
 
     def _effort(self, ask: Ask, wire: WireFormat) -> str | None:
         """How hard the model thinks before answering; None: it does not."""
+        reasons = self.region.settings.deployments[ask.model].model.reasoning
         asked = ask.thinking_budget is not None or ask.reasoning_effort is not None
-        if asked and not self.region.settings.deployments[ask.model].model.reasoning:
+        if asked and not reasons:
             field = "thinking" if ask.thinking_budget is not None else "reasoning_effort"
             raise BadRequest(400, f"'{field}' is not supported with {ask.model}: it is not a reasoning model.", field)
         if ask.thinking_budget is not None:
             return "medium"
         if ask.reasoning_effort is not None:
             return None if ask.reasoning_effort == "none" else ask.reasoning_effort
-        return "medium" if wire.reasons_by_default and self.region.settings.deployments[ask.model].model.reasoning \
-            else None
+        return "medium" if wire.reasons_by_default and reasons else None
 
     def _answer(self, ask: Ask, wire: WireFormat, content: Any) -> text.Answer:
         """Tool calls when the request's tools are to be called this turn; otherwise words. `content` is

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections import OrderedDict
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -62,8 +63,8 @@ class Responses:
             if key in body:
                 chat[key] = body[key]
         ask = self.chat.parse(chat, models)
-        return Ask(**{**ask.__dict__, "include_usage": True, "content": {**ask.content, "responses": True},
-                      "store": body.get("store") is not False})
+        return replace(ask, include_usage=True, content={**ask.content, "responses": True},
+                       store=body.get("store") is not False)
 
     def _items(self, body: dict[str, Any]) -> list[dict[str, Any]]:
         """The conversation's items: a previous response's (when continued), then this input's."""
