@@ -48,6 +48,7 @@ class Journey:
     phases: Phases
     output_tokens: int | None
     input_tokens: int | None
+    cached_input_tokens: int | None  # of the input, what the provider's prompt cache served
     token_events: int
     tokens_per_s: float | None
     itl_max_ms: float | None
@@ -126,7 +127,8 @@ def attribute(timeline: Timeline) -> Journey:
     itl_max = timeline.max_gap * 1000.0 if timeline.token_events > 1 else None
     journey = Journey(timeline.request_id, timeline.operation, timeline.tenant, timeline.model, timeline.route,
                       timeline.upstream, timeline.stream, timeline.status, timeline.attempts, timeline.reused, p,
-                      timeline.output_tokens, timeline.input_tokens, timeline.token_events, rate, itl_max,
+                      timeline.output_tokens, timeline.input_tokens, timeline.cached_tokens, timeline.token_events,
+                      rate, itl_max,
                       upstream_timing, timeline.handshake.as_dict() if timeline.handshake is not None else None,
                       timeline.cache.header(timeline.similarity).decode(), timeline.hedge.decode().removeprefix("; "),
                       {"code": timeline.error_code, "message": timeline.error} if timeline.error_code else None)
@@ -184,4 +186,7 @@ def verdict(journey: Journey, provider_ms: float | None = None) -> str:
     tokens = journey.output_tokens or journey.token_events
     if journey.tokens_per_s and tokens:
         words += f"; generation: {tokens} tokens at {journey.tokens_per_s:.0f} tok/s"
+    if journey.cached_input_tokens and journey.input_tokens:
+        words += (f"; the provider's prompt cache served {journey.cached_input_tokens} of "
+                  f"{journey.input_tokens} input tokens")
     return words

@@ -68,6 +68,9 @@ class CounterFamily(Collector):
     def inc(self, *values: str) -> None:
         self.counts[values] = self.counts.get(values, 0) + 1
 
+    def add(self, amount: float, *values: str) -> None:
+        self.counts[values] = self.counts.get(values, 0) + amount
+
     def collect(self) -> Iterator[CounterMetricFamily]:
         family = CounterMetricFamily(self.name, self.documentation, labels=self.labels)
         for values, count in list(self.counts.items()):

@@ -32,7 +32,8 @@ CREATE TABLE IF NOT EXISTS journeys (
     output_tokens INTEGER, tokens_per_s REAL, itl_max REAL,
     upstream_timing TEXT,           -- the upstream's own Server-Timing header, as it sent it
     hedge TEXT,                     -- hedge-of=<first target> when a hedge won; hedged-by=<hedge> when it lost
-    error_code TEXT, error TEXT     -- how it failed: an error answered, or a stream broken after its 200
+    error_code TEXT, error TEXT,    -- how it failed: an error answered, or a stream broken after its 200
+    cached_tokens INTEGER           -- of the input, what the provider's prompt cache served
 );
 CREATE INDEX IF NOT EXISTS journeys_at ON journeys (at);
 """
@@ -40,9 +41,9 @@ CREATE INDEX IF NOT EXISTS journeys_at ON journeys (at);
 COLUMNS = ("id", "at", "tenant", "model", "route", "upstream", "stream", "status", "attempts", "reused",
            "client_rtt", "gateway", "cache", "connect", "ttfb", "rtt", "floor", "distance_tax", "queue_prefill",
            "ttft", "decode", "e2e", "output_tokens", "tokens_per_s", "itl_max", "upstream_timing", "hedge",
-           "error_code", "error", "pool")
+           "error_code", "error", "pool", "cached_tokens")
 # Columns added since the first schema, which a file written before them gains when it is opened.
-_ADDED = {"hedge": "TEXT", "error_code": "TEXT", "error": "TEXT", "pool": "REAL"}
+_ADDED = {"hedge": "TEXT", "error_code": "TEXT", "error": "TEXT", "pool": "REAL", "cached_tokens": "INTEGER"}
 
 # Rows go in as multi-row INSERTs of 2**k rows each (at most 256: 6 656 parameters, under SQLite's
 # 32 766): sqlite3 lets go of the GIL once per statement, and executemany's once per row made the
@@ -79,7 +80,7 @@ def row(timeline: Timeline, p: Phases, at: float) -> tuple[Any, ...]:
             p.ttft, p.decode, p.e2e, timeline.output_tokens, tokens_per_s(timeline, p),
             timeline.max_gap * 1000.0 if timeline.token_events > 1 else None, timeline.upstream_timing,
             timeline.hedge.decode().removeprefix("; ") or None, timeline.error_code or None, timeline.error or None,
-            p.pool)
+            p.pool, timeline.cached_tokens)
 
 
 class JourneyLog:

@@ -65,7 +65,9 @@ class Metrics:
         self.phase = HistogramFamily("firsttoken_journey_phase_seconds", "Each journey phase (the journey "
                                      "vocabulary) per request.", ("phase", "firsttoken_upstream"), _PHASE)
         self.cache = CounterFamily("firsttoken_cache_requests", "Requests by edge-cache outcome.", ("result",))
-        for family in (self.duration, self.ttft, self.tpot, self.tokens, self.phase, self.cache):
+        self.prompt_cached = CounterFamily("firsttoken_upstream_cached_input_tokens", "Input tokens the "
+                                           "upstream's own prompt cache served, by its usage counts.", _LABELS)
+        for family in (self.duration, self.ttft, self.tpot, self.tokens, self.phase, self.cache, self.prompt_cached):
             self.registry.register(family)
         # The series one kind of request updates, found with one lookup: looking each up by its labels
         # cost more than the rest of the journey's accounting (54 k instructions a request, counted).
@@ -91,6 +93,8 @@ class Metrics:
                 series.tpot.observe(p.decode / 1000 / (tokens - 1))
         if timeline.input_tokens is not None:
             series.input_tokens.observe(timeline.input_tokens)
+        if timeline.cached_tokens:
+            self.prompt_cached.add(timeline.cached_tokens, *series.labels)
         # (floor is a constant per upstream and e2e is the duration above: neither needs a histogram)
         series.gateway.observe(p.gateway / 1000)
         series.connect.observe(p.connect / 1000)

@@ -59,6 +59,8 @@ class OtlpExporter:
             attributes["gen_ai.usage.output_tokens"] = t.output_tokens
         if t.input_tokens is not None:
             attributes["gen_ai.usage.input_tokens"] = t.input_tokens
+        if t.cached_tokens is not None:
+            attributes["gen_ai.usage.cache_read.input_tokens"] = t.cached_tokens
         for name, value in (("rtt", p.rtt), ("floor", p.floor), ("client_rtt", p.client_rtt),
                             ("queue_prefill", p.queue_prefill), ("ttft", p.ttft)):
             if value is not None:

@@ -18,9 +18,9 @@ from firsttoken.upstream.connector import Handshake
 class Timeline:
     __slots__ = ("request_id", "operation", "tenant", "model", "stream", "status", "received", "cache_ms",
                  "sent", "first_byte", "first_token", "last_token", "last_byte", "max_gap", "pool_ms", "connect_ms",
-                 "reused", "token_events", "output_tokens", "input_tokens", "route", "upstream", "attempts",
-                 "client_rtt", "upstream_rtt", "upstream_timing", "floor_ms", "handshake", "cache", "similarity",
-                 "hedge", "error_code", "error")
+                 "reused", "token_events", "output_tokens", "input_tokens", "cached_tokens", "route", "upstream",
+                 "attempts", "client_rtt", "upstream_rtt", "upstream_timing", "floor_ms", "handshake", "cache",
+                 "similarity", "hedge", "error_code", "error")
 
     def __init__(self, request_id: str = "") -> None:
         self.received = perf_counter()
@@ -45,6 +45,7 @@ class Timeline:
         self.token_events = 0  # data events relayed from the first token on (the usage chunk aside)
         self.output_tokens: int | None = None  # the upstream's usage counts, when it gave them
         self.input_tokens: int | None = None
+        self.cached_tokens: int | None = None  # of the input, what the provider's prompt cache served
         self.operation = "chat"  # the GenAI operation: chat | embeddings
         self.route = ""
         self.upstream = ""
