@@ -82,3 +82,13 @@ def test_the_gateway_speaks_anthropic_to_the_region(tmp_path) -> None:
             streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
                 model="claude-like/llama-3.2-1b", messages=chat, max_tokens=7, stream=True) if c.choices)
             assert streamed == "".join(text.answer(7, []).pieces)
+
+
+def test_count_tokens(client) -> None:
+    system = "Answer briefly."
+    counted = client.messages.count_tokens(model="llama-3.2-1b", system=system, messages=MESSAGES)
+    answered = client.messages.create(model="llama-3.2-1b", max_tokens=2, system=system, messages=MESSAGES)
+    assert counted.input_tokens == answered.usage.input_tokens == \
+        text.prompt_tokens(MESSAGES) + 4 + text.count_tokens(system)
+    with pytest.raises(anthropic.NotFoundError):
+        client.messages.count_tokens(model="claude-nope", messages=MESSAGES)

@@ -78,6 +78,7 @@ class SimServer:
         for prefix in ("/v1", ""):
             self.app.router.add_post(f"{prefix}/chat/completions", self.chat_completions)
             self.app.router.add_post(f"{prefix}/messages", self.messages)
+            self.app.router.add_post(f"{prefix}/messages/count_tokens", self.count_tokens)
             self.app.router.add_post(f"{prefix}/embeddings", self.embeddings)
             self.app.router.add_post(f"{prefix}/responses", self.create_response)
             self.app.router.add_get(f"{prefix}/models", self.models)
@@ -100,6 +101,20 @@ class SimServer:
 
     async def messages(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, self.anthropic)
+
+    async def count_tokens(self, request: web.Request) -> web.Response:
+        """Anthropic's token count of a Messages request, without running it: its input tokens as the region
+        counts them (max_tokens is not needed here, as on Anthropic's API)."""
+        try:
+            body = orjson.loads(await request.read())
+            if isinstance(body, dict):
+                body = {"max_tokens": 1, **body}
+            ask = self.anthropic.parse(body, self.region.models)
+        except orjson.JSONDecodeError:
+            return self._error(self.anthropic, 400, "The request body is not valid JSON.", code="invalid_json")
+        except BadRequest as exc:
+            return self._error(self.anthropic, exc.status, str(exc), exc.param, exc.code)
+        return web.json_response({"input_tokens": ask.prompt_tokens})
 
     async def create_response(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, self.responses)
