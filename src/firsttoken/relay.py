@@ -89,6 +89,9 @@ class Source:
     idle_s: float  # the longest wait for its next chunk once tokens flow
     translator: StreamTranslator | None = None  # its events into OpenAI's, when it speaks another format
     redactor: Redactor | None = None  # the credentials sent to it, removed from every read
+    # Its events are in the client's own format: they go out as they came, and the translator only reads
+    # them (for the first token, the finish, the usage, an error).
+    native: bool = False
 
 
 class Relay:
@@ -101,6 +104,7 @@ class Relay:
         self.write: Write = sink.write
         self.timeline = sink.timeline
         self.translator = source.translator
+        self.native = source.native
         self.strip_usage = strip_usage
         self.alarms = alarms
         self.heartbeat = heartbeat
@@ -191,6 +195,8 @@ class Relay:
                 if self._handle(event):
                     return True
                 continue
+            if self.native and event_name(event) is not None:  # ahead of what reading it may add (the end)
+                self._out.append(event)
             for translated in self.translator.feed(event):
                 if self._handle(translated[:-2]):  # translators end each event with its blank line
                     return True
@@ -233,12 +239,13 @@ class Relay:
             if isinstance(chunk, dict) and isinstance(chunk.get("usage"), dict):
                 self.result.usage = chunk["usage"]
                 if not chunk.get("choices"):  # the usage chunk: not a token event, and maybe not wanted
-                    if not self.strip_usage:
+                    if not self.strip_usage and not self.native:
                         self._out.append(event)
                     return False
         if timeline.first_token and find(_EMPTY_DELTA) < 0 and find(_EMPTY_DELTA_SPACED) < 0:
             timeline.token_events += 1
-        self._out.append(event)
+        if not self.native:  # a native stream's own event went out in its place
+            self._out.append(event)
         return False
 
     def _end(self) -> None:

@@ -101,28 +101,34 @@ class EdgeCache:
         return SemanticIndex(embedder, self.settings.similarity, max_prompts=self.settings.max_prompts)
 
     async def lookup(self, headers: Sequence[tuple[bytes, bytes]], tenant: str, model: str, targets: Sequence[str],
-               body: dict[str, Any]) -> Lookup | None:
-        """None when this request neither reads nor writes the cache."""
+                     body: dict[str, Any], keyed: dict[str, Any] | None = None) -> Lookup | None:
+        """None when this request neither reads nor writes the cache. `body` is the request in chat's form
+        (its prompt, for the semantic cache); `keyed`, when the client spoke another format, what shapes the
+        answer in that format, its name under "format" (formats/client.py): answers are not shared across
+        formats."""
         read, write, forced = _request_policy(headers)
         ttl = self.settings.models.get(model, self.settings.ttl)
         if not (read or write) or (ttl <= 0 and not forced):
             return None
         ttl = ttl if ttl > 0 else self.settings.ttl
         owner = "*" if self.settings.shared else tenant
-        key = exact_key(owner, targets, body)
+        key = exact_key(owner, targets, body if keyed is None else keyed)
         hit = await self.store.get(key, time.time()) if read else None
         lookup = Lookup(key, hit, key if hit is not None else None, read, write, owner, ttl)
         if lookup.hit is None and self.semantic is not None:
-            await self._semantic(lookup, targets, body)
+            await self._semantic(lookup, targets, body, None if keyed is None else keyed.get("format"))
         return lookup
 
-    async def _semantic(self, lookup: Lookup, targets: Sequence[str], body: dict[str, Any]) -> None:
+    async def _semantic(self, lookup: Lookup, targets: Sequence[str], body: dict[str, Any],
+                        format: str | None) -> None:
         """A paraphrase's stored answer, when the guards agree; and the prompt, to keep with a fresh one."""
         assert self.semantic is not None
         split = last_user_text(body)
         if split is None:
             return
         text, context = split
+        if format is not None:
+            context["format"] = format
         vector = (await asyncio.to_thread(self.semantic.vectors, [text]))[0]  # torch lets go of the GIL
         # The embedding model is part of the scope: vectors of two models never meet, in a store they share.
         scope = f"{self.settings.embedding}:{exact_key(lookup.tenant, targets, context)}"

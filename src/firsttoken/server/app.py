@@ -18,6 +18,9 @@ from firsttoken.cache.edge import EdgeCache
 from firsttoken.cache.metrics import CacheCollector
 from firsttoken.config import SIM_UPSTREAM, Settings
 from firsttoken.errors import GatewayError
+from firsttoken.formats.chat import CHAT
+from firsttoken.formats.client import ClientFormat
+from firsttoken.formats.messages import MESSAGES
 from firsttoken.journey.log import JourneyLog
 from firsttoken.journey.metrics import Metrics
 from firsttoken.journey.otlp import OtlpExporter
@@ -95,6 +98,8 @@ class Gateway:
         resolver = TargetResolver(settings, upstreams.listed_models)
         chat = ChatCompletions(admission, egress, resolver, self.task_router, self.cache, credentials,
                                settings.streaming)
+        messages = ChatCompletions(admission, egress, resolver, self.task_router, self.cache, credentials,
+                                   settings.streaming, MESSAGES)
         catalog = Catalog(admission, egress, resolver, settings.streaming,
                           self.embedded.description if self.embedded is not None else None)
         ops = Ops(keys, journeys, self.sink, self.metrics, router, self.keep_warm, upstreams)
@@ -107,6 +112,7 @@ class Gateway:
         self.routes: dict[str, dict[str, Handler]] = {}
         for path, method, handler in (
             ("/chat/completions", "POST", chat),
+            ("/messages", "POST", messages),
             ("/embeddings", "POST", catalog.embeddings),
             ("/models", "GET", catalog.models),
         ):
@@ -117,6 +123,8 @@ class Gateway:
         self.prefix_routes: dict[str, dict[str, Handler]] = {"/v1/journeys/": {"GET": ops.journey},
                                                             "/v1/models/": {"GET": catalog.model},
                                                             "/models/": {"GET": catalog.model}}
+        # Errors in the route's own format: Anthropic's shape where Anthropic's SDKs are the clients.
+        self.error_formats: dict[str, ClientFormat] = {path: MESSAGES for path in ("/v1/messages", "/messages")}
         self.routes["/metrics"] = {"GET": ops.prometheus}
         self.routes["/healthz"] = {"GET": ops.healthz}
         self.routes["/readyz"] = {"GET": ops.readyz}
@@ -194,7 +202,7 @@ class Gateway:
         try:
             if methods is None:
                 raise GatewayError(404, f"No route {scope['path']}; this gateway serves /v1/chat/completions, "
-                                        f"/v1/embeddings and /v1/models.", code="unknown_route")
+                                        f"/v1/messages, /v1/embeddings and /v1/models.", code="unknown_route")
             handler = methods.get(scope["method"])
             if handler is None:
                 raise GatewayError(405, f"{scope['method']} is not allowed on {scope['path']}; use "
@@ -204,7 +212,7 @@ class Gateway:
         except GatewayError as error:
             timeline.status = error.status
             timeline.failed(error.code or error.type, error.message)
-            await send_error(send, error, response_headers(base, timeline))
+            await send_error(send, error, response_headers(base, timeline), self._error_format(scope).error_body)
         except ClientDisconnected:
             pass
         except ClientStalled as stalled:  # the connection is dropped when we return unfinished
@@ -216,7 +224,7 @@ class Gateway:
                 await send_error(send, GatewayError(500, "The gateway failed unexpectedly; this is a bug in "
                                                          "firsttoken, and the log has the details.",
                                                     type="server_error", code="internal_error"),
-                                 response_headers(base, timeline))
+                                 response_headers(base, timeline), self._error_format(scope).error_body)
             except Exception:
                 pass
             timeline.status = 500
@@ -224,6 +232,10 @@ class Gateway:
             if timeline.tenant:  # a journey: it reached the point of being somebody's request
                 timeline.last_byte = timeline.last_byte or perf_counter()
                 self.sink.put(timeline)
+
+
+    def _error_format(self, scope: Scope) -> ClientFormat:
+        return self.error_formats.get(scope["path"], CHAT)
 
 
 def _journey_log(settings: Settings) -> JourneyLog | None:

@@ -1,7 +1,11 @@
-"""POST /v1/chat/completions, top to bottom: let the request in, size it to a model, then within the
-client's limits look it up in the edge cache; a hit is replayed, an identical request in flight is
-followed, and otherwise this request leads: it goes upstream (server/stream.py, server/whole.py) and a
-clean answer is shared with its followers and kept."""
+"""POST /v1/chat/completions and POST /v1/messages, top to bottom: let the request in, read it in its
+format (formats/), size it to a model, then within the client's limits look it up in the edge cache; a hit
+is replayed, an identical request in flight is followed, and otherwise this request leads: it goes upstream
+(server/stream.py, server/whole.py) and a clean answer is shared with its followers and kept.
+
+Whatever the client's format, the request travels in chat's form and its answer comes back in it; the
+Reply writes it in the client's. Only an upstream that speaks the client's format is sent the client's
+own request (ChatRequest.build)."""
 
 from __future__ import annotations
 
@@ -16,11 +20,12 @@ from firsttoken.cache.entry import Kind
 from firsttoken.cache.flight import Flight, Flights
 from firsttoken.cache.outcome import CacheOutcome
 from firsttoken.config import Streaming
+from firsttoken.formats.chat import CHAT
+from firsttoken.formats.client import ClientFormat
 from firsttoken.journey.timeline import Timeline
 from firsttoken.redact import Redactor
 from firsttoken.routing.sizing import TaskRouter
 from firsttoken.routing.targets import Target, TargetResolver
-from firsttoken.server import validate
 from firsttoken.server.admission import Admission
 from firsttoken.server.cached import send_cached, send_followed
 from firsttoken.server.disconnect import until_disconnect
@@ -38,22 +43,28 @@ log = logging.getLogger("firsttoken.server")
 
 @dataclass(slots=True)
 class ChatRequest:
-    """One chat request, once admitted and sized."""
+    """One request, once admitted and sized."""
     scope: Scope
     receive: Receive
-    body: dict[str, Any]
+    body: dict[str, Any]  # in chat's form
     model: str
     stream: bool
     targets: list[Target]
+    format: ClientFormat
+    original: dict[str, Any]  # as the client sent it
+    keyed: dict[str, Any]  # what shapes its answer (the exact cache key's)
 
     def build(self, link: UpstreamLink, target: Target) -> UpstreamRequest:
-        """The request as `target`'s upstream takes it."""
+        """The request as `target`'s upstream takes it: the client's own, when the upstream speaks its format."""
+        if link.adapter.api == self.format.native_api:
+            return link.adapter.native(self.original, target.model, self.stream, self.scope["headers"])
         return link.adapter.chat(self.body, target.model, self.stream)
 
 
 class ChatCompletions:
     def __init__(self, admission: Admission, egress: Egress, resolver: TargetResolver, sizing: TaskRouter | None,
-                 cache: EdgeCache | None, credentials: Redactor, streaming: Streaming) -> None:
+                 cache: EdgeCache | None, credentials: Redactor, streaming: Streaming,
+                 format: ClientFormat = CHAT) -> None:
         self.admission = admission
         self.egress = egress
         self.resolver = resolver
@@ -62,13 +73,17 @@ class ChatCompletions:
         self.flights = Flights()
         self.credentials = credentials  # an answer that quotes one is never kept
         self.streaming = streaming
+        self.format = format
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send, base: Headers, timeline: Timeline) -> None:
-        body = await self.admission.body(scope, receive, timeline)
-        model, stream = validate.chat_request(body)
+        original = await self.admission.body(scope, receive, timeline)
+        parsed = self.format.parse(original, scope["headers"])
+        body, model, stream = parsed.chat, parsed.model, parsed.stream
         timeline.model, timeline.stream = model, stream
-        request = ChatRequest(scope, receive, body, model, stream, await self._targets(scope, body, model, base))
-        reply = Reply(send, base, timeline, self.egress.alarms, self.streaming, client_wants_usage(body))
+        request = ChatRequest(scope, receive, body, model, stream, await self._targets(scope, body, model, base),
+                              self.format, original, parsed.keyed)
+        reply = Reply(send, base, timeline, self.egress.alarms, self.streaming, client_wants_usage(body),
+                      self.format)
         charge = await self.admission.admit(scope, timeline, body, stream)
         try:
             await self._answer(request, reply)
@@ -113,7 +128,8 @@ class ChatCompletions:
             return None
         looked_up = perf_counter()
         lookup = await self.cache.lookup(request.scope["headers"], timeline.tenant, request.model,
-                                         [t.label for t in request.targets], request.body)
+                                         [t.label for t in request.targets], request.body,
+                                         None if request.keyed is request.body else request.keyed)
         timeline.cache_ms = (perf_counter() - looked_up) * 1000.0
         return lookup
 

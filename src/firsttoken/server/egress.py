@@ -45,6 +45,7 @@ class Attempt:
     deadline: float  # for the response headers
     response: aiohttp.ClientResponse | None = None
     failure: GatewayError | None = None
+    native: bool = False  # the request went in the client's own format (UpstreamRequest.native)
 
 
 class Egress:
@@ -66,7 +67,7 @@ class Egress:
         timeline.sent = perf_counter()
         alarms = self.alarms
         now = alarms.now()
-        attempt = Attempt(link, now, now + link.settings.timeouts.first_byte)
+        attempt = Attempt(link, now, now + link.settings.timeouts.first_byte, native=request.native)
         client = CLIENT_DEADLINE.get()
         if client is not None and client.at < attempt.deadline:
             if client.at <= now:

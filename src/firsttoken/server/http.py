@@ -93,6 +93,8 @@ async def send_json(send: Send, status: int, payload: Any, headers: Headers) -> 
     await send_bytes(send, status, orjson.dumps(payload), headers)
 
 
-async def send_error(send: Send, error: GatewayError, headers: Headers) -> None:
+async def send_error(send: Send, error: GatewayError, headers: Headers,
+                     render: Callable[[GatewayError], bytes] = GatewayError.to_bytes) -> None:
+    """An error response; `render` gives its body in the route's format (OpenAI's by default)."""
     extra = [(k.lower().encode(), v.encode()) for k, v in error.headers.items()]
-    await send_bytes(send, error.status, error.to_bytes(), headers + extra)
+    await send_bytes(send, error.status, render(error), headers + extra)

@@ -29,6 +29,7 @@ class Outlet(Sink, Protocol):
         """An upstream stream begins: the headers to pass on, and the relay that will move it."""
         ...
 
-    async def whole(self, status: int, body: bytes, extra: Sequence[tuple[bytes, bytes]] = ()) -> None:
-        """A whole answer, once claimed."""
+    async def whole(self, status: int, body: bytes, extra: Sequence[tuple[bytes, bytes]] = (),
+                    native: bytes | None = None) -> None:
+        """A whole answer, once claimed (Reply.whole)."""
         ...

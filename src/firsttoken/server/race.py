@@ -122,9 +122,10 @@ class Lane:
             return
         self.held.append(data)
 
-    async def whole(self, status: int, body: bytes, extra: Sequence[tuple[bytes, bytes]] = ()) -> None:
+    async def whole(self, status: int, body: bytes, extra: Sequence[tuple[bytes, bytes]] = (),
+                    native: bytes | None = None) -> None:
         assert self.won, "a whole answer is claimed first"
-        await self.race.reply.whole(status, body, extra)
+        await self.race.reply.whole(status, body, extra, native)
 
     def moved_onto(self, reply: Reply) -> None:
         """It won: from now on its attempt is the request's, on the request's timeline and capture."""

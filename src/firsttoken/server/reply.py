@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from firsttoken.alarms import Alarms, Deadline, Heartbeat
 from firsttoken.config import Streaming
 from firsttoken.errors import GatewayError
+from firsttoken.formats.chat import CHAT
+from firsttoken.formats.client import ClientFormat
 from firsttoken.journey.timeline import Timeline
 from firsttoken.relay import Capture, Relay
 from firsttoken.server.http import SSE_HEADERS, ClientStalled, Headers, Send, response_headers, send_bytes, send_error
@@ -19,18 +21,22 @@ from firsttoken.sse import DONE, HEARTBEAT, error_event
 
 
 class Reply:
-    __slots__ = ("send", "base", "timeline", "alarms", "streaming", "include_usage", "capture", "heartbeat",
-                 "started", "ended", "_stall")
+    __slots__ = ("send", "base", "timeline", "alarms", "streaming", "include_usage", "format", "writer", "capture",
+                 "heartbeat", "started", "ended", "_stall")
     lost = False  # an outlet's: only a hedge lane can lose its race
 
     def __init__(self, send: Send, base: Headers, timeline: Timeline, alarms: Alarms, streaming: Streaming,
-                 include_usage: bool = False) -> None:
+                 include_usage: bool = False, format: ClientFormat = CHAT) -> None:
         self.send = send
         self.base = base  # the headers the request has gathered (x-request-id, x-firsttoken-size)
         self.timeline = timeline
         self.alarms = alarms
         self.streaming = streaming  # the heartbeat's interval; how long the client may stall
         self.include_usage = include_usage  # a stream's client asked for the usage chunk
+        # The client's wire format: what is written in chat's form (events, whole answers, errors) goes out
+        # in it. None: chat's own, written as it is.
+        self.format = format
+        self.writer = format.writer()
         self.capture: Capture | None = None  # where the answer's events also go (to the requests that joined it)
         self.heartbeat: Heartbeat | None = None
         self.started = False  # the response's status and headers went out
@@ -85,6 +91,10 @@ class Reply:
             self.ended = True
             if self.heartbeat is not None and self.heartbeat.active:
                 await self.heartbeat.stop()
+        if self.writer is not None:
+            data = self.writer.write(data)
+            if not data and not last:
+                return
         stall = self._stall
         if stall is None:
             stall = self._stall = self.alarms.deadline(0.0)
@@ -95,8 +105,14 @@ class Reply:
         except TimeoutError:
             raise ClientStalled(f"the client read nothing for {self.streaming.client_stall_s:g} s") from None
 
-    async def whole(self, status: int, body: bytes, extra: Sequence[tuple[bytes, bytes]] = ()) -> None:
-        """A whole answer (JSON), headers and body at once."""
+    async def whole(self, status: int, body: bytes, extra: Sequence[tuple[bytes, bytes]] = (),
+                    native: bytes | None = None) -> None:
+        """A whole answer, headers and body at once: `body` a chat.completion, given in the client's format;
+        or `native`, the upstream's answer already in it."""
+        if native is not None:
+            body = native
+        elif self.writer is not None and status < 300:
+            body = self.format.whole(body)
         self.timeline.status = status
         self.started = self.ended = True
         await send_bytes(self.send, status, body, [*response_headers(self.base, self.timeline), *extra])
@@ -109,7 +125,8 @@ class Reply:
         if not self.started:
             self.timeline.status = failure.status
             self.started = self.ended = True
-            await send_error(self.send, failure, response_headers(self.base, self.timeline))
+            await send_error(self.send, failure, response_headers(self.base, self.timeline),
+                             self.format.error_body)
             return
         await self.write(error_event(failure.body()) + self.timeline.closing_comment() + DONE, last=True)
 

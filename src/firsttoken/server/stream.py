@@ -94,7 +94,7 @@ class StreamForwarder:
         router = self.egress.router
         assert reply.heartbeat is not None, "a stream keeps its client's connection alive (run)"
         source = Source(link.name, link.settings.timeouts.idle, link.adapter.stream_translator(True),
-                        link.adapter.redactor)
+                        link.adapter.redactor, attempt.native)
         relay = Relay(response, outlet, source, alarms=alarms, heartbeat=reply.heartbeat,
                       first_token_deadline=attempt.deadline, deadline_error=gave_up,
                       strip_usage=not reply.include_usage,  # the usage chunk is ours either way

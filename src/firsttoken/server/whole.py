@@ -45,6 +45,7 @@ class Fetched:
     link: UpstreamLink
     response: aiohttp.ClientResponse
     data: bytes  # in OpenAI's shape
+    native: bytes | None = None  # as the upstream said it, when that is the client's format too
 
 
 async def forward_whole(egress: Egress, reply: Reply, targets: list[Target], build: BuildRequest,
@@ -88,7 +89,8 @@ async def fetch(egress: Egress, target: Target, build: BuildRequest, translate: 
     if response.status >= 300:
         return refusal(link, response, data)
     try:  # an answer may quote the key too (an upstream echoing its request, a debugging proxy)
-        return Fetched(link, response, translate(link, link.adapter.scrub(data)))
+        scrubbed = link.adapter.scrub(data)
+        return Fetched(link, response, translate(link, scrubbed), scrubbed if attempt.native else None)
     except GatewayError as error:  # a 200 that is not an answer
         return error
 
@@ -96,7 +98,7 @@ async def fetch(egress: Egress, target: Target, build: BuildRequest, translate: 
 async def _deliver(fetched: Fetched, outlet: Outlet, keep: Keep | None) -> None:
     response, answer, timeline = fetched.response, fetched.data, outlet.timeline
     note_usage(timeline, answer)
-    await outlet.whole(response.status, answer, passthrough_headers(fetched.link, response))
+    await outlet.whole(response.status, answer, passthrough_headers(fetched.link, response), fetched.native)
     timeline.last_byte = perf_counter()
     if keep is not None and response.status == 200:
         keep("json", answer, response.headers)

@@ -7,6 +7,7 @@ and others translate each event into OpenAI chunks.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -21,6 +22,7 @@ class UpstreamRequest:
     url: str
     headers: dict[str, str]
     data: bytes
+    native: bool = False  # in the client's own format: the answer goes back to it as it came
 
 
 class StreamTranslator(Protocol):
@@ -47,6 +49,11 @@ class Adapter:
 
     def chat(self, body: dict[str, Any], model: str, stream: bool) -> UpstreamRequest:
         raise NotImplementedError
+
+    def native(self, body: dict[str, Any], model: str, stream: bool,
+               client_headers: Sequence[tuple[bytes, bytes]]) -> UpstreamRequest:
+        """The client's request, in this upstream's own format, sent as it came but for the model."""
+        raise NotImplementedError(f"{self.api} upstreams take no request in a format of their own")
 
     def chat_response(self, body: bytes) -> bytes:
         """A non-streaming answer in OpenAI's shape; a 502 when the upstream's 200 is not a chat completion

@@ -9,6 +9,7 @@ objects and chunks. `url` is like https://api.anthropic.com/v1.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -21,6 +22,8 @@ from firsttoken.upstream.adapter import Adapter, UpstreamRequest
 Json = dict[str, Any]
 
 DEFAULT_API_VERSION = "2023-06-01"
+# A Messages client's headers that shape its request, passed on with it.
+_CLIENT_HEADERS = {b"anthropic-version": "anthropic-version", b"anthropic-beta": "anthropic-beta"}
 DEFAULT_MAX_TOKENS = 4096  # Anthropic requires max_tokens; OpenAI clients usually leave it out
 THINKING_BUDGETS = {"minimal": 1024, "low": 1024, "medium": 4096, "high": 16384}  # 1024 is Anthropic's floor
 TOOL_CHOICES = {"auto": "auto", "required": "any", "none": "none"}
@@ -43,6 +46,18 @@ class AnthropicAdapter(Adapter):
     def chat(self, body: Json, model: str, stream: bool) -> UpstreamRequest:
         payload = messages_request(body, model, stream)
         return UpstreamRequest(f"{self.settings.url}/messages", self._json_headers, orjson.dumps(payload))
+
+    def native(self, body: Json, model: str, stream: bool,
+               client_headers: Sequence[tuple[bytes, bytes]]) -> UpstreamRequest:
+        """A Messages request passed through: cache_control, thinking and its signatures, server tools, all as
+        the client wrote them; its anthropic-version and anthropic-beta headers too (the body is written for
+        them)."""
+        headers = dict(self._json_headers)
+        for name, value in client_headers:
+            if name in _CLIENT_HEADERS:
+                headers[_CLIENT_HEADERS[name]] = value.decode("latin-1")
+        payload = {**body, "model": model}
+        return UpstreamRequest(f"{self.settings.url}/messages", headers, orjson.dumps(payload), native=True)
 
     def chat_response(self, body: bytes) -> bytes:
         try:

@@ -1,0 +1,30 @@
+"""OpenAI's chat completions: the gateway's own form, read as it is and written back untouched."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from firsttoken.errors import GatewayError
+from firsttoken.formats.client import Json, Parsed
+from firsttoken.server import validate
+
+
+class ChatFormat:
+    name: str = "chat"
+    native_api: str | None = None  # every upstream adapter takes chat completions: its own, or translated
+
+    def parse(self, body: Json, headers: Sequence[tuple[bytes, bytes]]) -> Parsed:
+        model, stream = validate.chat_request(body)
+        return Parsed(model, stream, body, body)
+
+    def writer(self) -> None:
+        return None
+
+    def whole(self, answer: bytes) -> bytes:
+        return answer
+
+    def error_body(self, error: GatewayError) -> bytes:
+        return error.to_bytes()
+
+
+CHAT = ChatFormat()
