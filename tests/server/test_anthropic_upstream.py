@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import anthropic
 import openai
 import pytest
 
@@ -98,3 +99,54 @@ def test_upstream_error_passes_through(client) -> None:
     with pytest.raises(openai.BadRequestError):  # the test server rejects an empty text block, as Anthropic does
         client.chat.completions.create(model="chat",
                                        messages=[{"role": "user", "content": [{"type": "text", "text": ""}]}])
+
+
+# --- Messages in: the client's own request passes through -------------------------------------------
+
+@pytest.fixture(scope="module")
+def messages_client(client, anthropic_upstream):
+    return anthropic.Anthropic(base_url=str(client.base_url).removesuffix("/v1/"), api_key=CLIENT_KEY, max_retries=0)
+
+
+def test_messages_pass_through_with_cache_control_thinking_and_betas(messages_client, anthropic_upstream) -> None:
+    system = [{"type": "text", "text": "A long, stable preamble.", "cache_control": {"type": "ephemeral"}}]
+    history = [{"role": "user", "content": "first"},
+               {"role": "assistant", "content": [{"type": "thinking", "thinking": "hm", "signature": "sig-1"},
+                                                 {"type": "text", "text": "ok"}]},
+               {"role": "user", "content": [{"type": "text", "text": "hello Lagos",
+                                             "cache_control": {"type": "ephemeral"}}]}]
+    with messages_client.messages.stream(
+            model="chat", max_tokens=2048, system=system, messages=history,
+            thinking={"type": "enabled", "budget_tokens": 1024},
+            extra_headers={"anthropic-beta": "interleaved-thinking-2025-05-14"}) as stream:
+        kinds = [event.type for event in stream]
+        final = stream.get_final_message()
+    sent = anthropic_upstream.last
+    assert sent.body["system"] == system and sent.body["messages"] == history  # untouched
+    assert sent.body["model"] == "claude-test" and sent.body["thinking"] == {"type": "enabled", "budget_tokens": 1024}
+    assert sent.headers["anthropic-beta"] == "interleaved-thinking-2025-05-14"
+    assert sent.headers["x-api-key"] == ANTHROPIC_KEY  # the gateway's key, not the client's
+    # The upstream's own events, signature and ping included, reached the SDK as they were sent.
+    thinking = next(block for block in final.content if block.type == "thinking")
+    assert thinking.signature and "signature" in kinds and final.content[-1].text == "You said: hello Lagos"
+    assert final.usage.input_tokens == 25
+
+
+def test_messages_whole_answer_passes_through(messages_client, anthropic_upstream) -> None:
+    message = messages_client.messages.create(model="chat", max_tokens=50, messages=[
+        {"role": "user", "content": "hello whole"}])
+    assert message.content[0].text == "You said: hello whole" and message.id.startswith("msg_")
+    assert message.usage.cache_creation_input_tokens is not None  # the upstream's usage, as it was
+
+
+def test_messages_error_event_mid_stream(messages_client, anthropic_upstream) -> None:
+    anthropic_upstream.fault = "error"
+    try:
+        with pytest.raises(anthropic.APIStatusError) as failed:
+            with messages_client.messages.stream(model="chat", max_tokens=50, messages=[
+                    {"role": "user", "content": "hello fault"}]) as stream:
+                for _ in stream:
+                    pass
+        assert "Overloaded" in str(failed.value)
+    finally:
+        anthropic_upstream.fault = None
