@@ -296,6 +296,13 @@ class Journeys(_Strict):
     otlp: Otlp | None = Field(None, description="export a span per journey, a child per phase, to a collector")
 
 
+class ResponsesSettings(_Strict):
+    store: str | None = Field("firsttoken-responses.db", description="SQLite file of the responses kept for "
+                                                                      "previous_response_id; null: none kept")
+    max_responses: int = Field(100_000, ge=100, description="the newest kept, the oldest forgotten first")
+    max_age_days: float = Field(30.0, gt=0, description="how long a response can be continued (OpenAI: 30 days)")
+
+
 class Settings(_Strict):
     listen: Listen = Field(default_factory=Listen)
     location: str | None = None
@@ -308,6 +315,7 @@ class Settings(_Strict):
     limits: Limits = Field(default_factory=Limits)
     streaming: Streaming = Field(default_factory=Streaming)
     journeys: Journeys = Field(default_factory=Journeys)
+    responses: ResponsesSettings = Field(default_factory=ResponsesSettings)
     sim: SimSettings | None = None  # an in-process simulated region; the upstream when none is configured
     cors: CorsSettings | None = None  # off unless set: browser apps from these origins may call the gateway
     _source: str = PrivateAttr("defaults")  # where the settings came from, for the start-up banner

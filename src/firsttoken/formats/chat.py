@@ -13,9 +13,9 @@ class ChatFormat:
     name: str = "chat"
     native_api: str | None = None  # every upstream adapter takes chat completions: its own, or translated
 
-    def parse(self, body: Json, headers: Sequence[tuple[bytes, bytes]]) -> Parsed:
+    def parse(self, body: Json, headers: Sequence[tuple[bytes, bytes]], tenant: str) -> Parsed:
         model, stream = validate.chat_request(body)
-        return Parsed(model, stream, body, body)
+        return Parsed(model, stream, body, body, self)
 
     def writer(self) -> None:
         return None

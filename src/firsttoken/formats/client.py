@@ -2,10 +2,10 @@
 errors are written back in it.
 
 The gateway reasons in one form, OpenAI's chat completions: sizing, limits, the cache's prompt, the relay's
-reading of a stream, what it keeps. A format reads its requests into that form (`Parsed.chat`) and writes
-what the gateway answers in that form back as its own (`whole`, `writer`, `error_body`). An upstream that
-speaks the format itself (`native_api`) is sent the client's request as it came, and its stream passes
-through untouched.
+reading of a stream, what it keeps. A format reads its requests into that form (`Parsed.chat`), and each
+request's `Answering` writes what the gateway answers in that form back in the client's (`whole`,
+`writer`, `error_body`). An upstream that speaks the format itself (`native_api`) is sent the client's
+request as it came, and its stream passes through untouched.
 """
 
 from __future__ import annotations
@@ -19,28 +19,14 @@ from firsttoken.errors import GatewayError
 Json = dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class Parsed:
-    """A request read from a client's format."""
-    model: str
-    stream: bool
-    chat: Json  # the request as a chat completion body
-    keyed: Json  # what shapes its answer, in the client's format: the exact cache key's request
-
-
 class StreamWriter(Protocol):
     """One stream's writes (whole chat events, as a chat client would get them) in the client's format."""
 
     def write(self, data: bytes) -> bytes: ...
 
 
-class ClientFormat(Protocol):
-    name: str  # as journeys and metrics name the route's format
-    native_api: str | None  # the upstream `api` that speaks this format itself
-
-    def parse(self, body: Json, headers: Sequence[tuple[bytes, bytes]]) -> Parsed:
-        """The request checked and read (a GatewayError 400 when it is not one)."""
-        ...
+class Answering(Protocol):
+    """How one request is answered in its client's format."""
 
     def writer(self) -> StreamWriter | None:
         """A new stream's writer; None when chat events go out as they are."""
@@ -51,3 +37,22 @@ class ClientFormat(Protocol):
         ...
 
     def error_body(self, error: GatewayError) -> bytes: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Parsed:
+    """A request read from a client's format."""
+    model: str
+    stream: bool
+    chat: Json  # the request as a chat completion body
+    keyed: Json  # what shapes its answer, in the client's format: the exact cache key's request
+    answering: Answering
+
+
+class ClientFormat(Answering, Protocol):
+    name: str  # as journeys and metrics name the route's format
+    native_api: str | None  # the upstream `api` that speaks this format itself
+
+    def parse(self, body: Json, headers: Sequence[tuple[bytes, bytes]], tenant: str) -> Parsed:
+        """The request checked and read (a GatewayError 400 when it is not one); `tenant` is whose it is."""
+        ...

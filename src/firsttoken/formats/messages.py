@@ -18,13 +18,13 @@ class MessagesFormat:
     name: str = "messages"
     native_api: str | None = "anthropic"
 
-    def parse(self, body: Json, headers: Sequence[tuple[bytes, bytes]]) -> Parsed:
+    def parse(self, body: Json, headers: Sequence[tuple[bytes, bytes]], tenant: str) -> Parsed:
         model, stream = messages_request.check(body)
         # The betas a client turns on can change what the model says (context management, new tools): they
         # are part of what the answer is an answer to.
         betas = b",".join(value for name, value in headers if name == _BETA).decode("latin-1")
         keyed = {**body, "format": self.name, "betas": betas}
-        return Parsed(model, stream, messages_request.chat_request(body), keyed)
+        return Parsed(model, stream, messages_request.chat_request(body), keyed, self)
 
     def writer(self) -> MessagesEvents:
         return MessagesEvents()

@@ -21,6 +21,8 @@ from firsttoken.errors import GatewayError
 from firsttoken.formats.chat import CHAT
 from firsttoken.formats.client import ClientFormat
 from firsttoken.formats.messages import MESSAGES
+from firsttoken.formats.response_store import ResponseStore
+from firsttoken.formats.responses import ResponsesFormat
 from firsttoken.journey.log import JourneyLog
 from firsttoken.journey.metrics import Metrics
 from firsttoken.journey.otlp import OtlpExporter
@@ -100,6 +102,9 @@ class Gateway:
                                settings.streaming)
         messages = ChatCompletions(admission, egress, resolver, self.task_router, self.cache, credentials,
                                    settings.streaming, MESSAGES)
+        self.response_store = _response_store(settings)
+        responses = ChatCompletions(admission, egress, resolver, self.task_router, self.cache, credentials,
+                                    settings.streaming, ResponsesFormat(self.response_store))
         catalog = Catalog(admission, egress, resolver, settings.streaming,
                           self.embedded.description if self.embedded is not None else None)
         ops = Ops(keys, journeys, self.sink, self.metrics, router, self.keep_warm, upstreams)
@@ -113,6 +118,7 @@ class Gateway:
         for path, method, handler in (
             ("/chat/completions", "POST", chat),
             ("/messages", "POST", messages),
+            ("/responses", "POST", responses),
             ("/embeddings", "POST", catalog.embeddings),
             ("/models", "GET", catalog.models),
         ):
@@ -181,6 +187,8 @@ class Gateway:
                 if self.cache is not None:
                     await self.cache.close()  # and the last answers the cache
                 await self.client_limits.close()
+                if self.response_store is not None:
+                    self.response_store.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
@@ -202,7 +210,8 @@ class Gateway:
         try:
             if methods is None:
                 raise GatewayError(404, f"No route {scope['path']}; this gateway serves /v1/chat/completions, "
-                                        f"/v1/messages, /v1/embeddings and /v1/models.", code="unknown_route")
+                                        f"/v1/messages, /v1/responses, /v1/embeddings and /v1/models.",
+                                   code="unknown_route")
             handler = methods.get(scope["method"])
             if handler is None:
                 raise GatewayError(405, f"{scope['method']} is not allowed on {scope['path']}; use "
@@ -241,6 +250,13 @@ class Gateway:
 def _journey_log(settings: Settings) -> JourneyLog | None:
     journeys = settings.journeys
     return JourneyLog(journeys.log, journeys.max_rows, journeys.max_age_days * 86400) if journeys.log else None
+
+
+def _response_store(settings: Settings) -> ResponseStore | None:
+    responses = settings.responses
+    if responses.store is None:
+        return None
+    return ResponseStore(responses.store, responses.max_responses, responses.max_age_days * 86400)
 
 
 def _span_exporter(settings: Settings) -> OtlpExporter | None:

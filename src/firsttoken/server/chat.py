@@ -77,13 +77,13 @@ class ChatCompletions:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send, base: Headers, timeline: Timeline) -> None:
         original = await self.admission.body(scope, receive, timeline)
-        parsed = self.format.parse(original, scope["headers"])
+        parsed = self.format.parse(original, scope["headers"], timeline.tenant)
         body, model, stream = parsed.chat, parsed.model, parsed.stream
         timeline.model, timeline.stream = model, stream
         request = ChatRequest(scope, receive, body, model, stream, await self._targets(scope, body, model, base),
                               self.format, original, parsed.keyed)
         reply = Reply(send, base, timeline, self.egress.alarms, self.streaming, client_wants_usage(body),
-                      self.format)
+                      parsed.answering)
         charge = await self.admission.admit(scope, timeline, body, stream)
         try:
             await self._answer(request, reply)

@@ -13,7 +13,7 @@ from firsttoken.alarms import Alarms, Deadline, Heartbeat
 from firsttoken.config import Streaming
 from firsttoken.errors import GatewayError
 from firsttoken.formats.chat import CHAT
-from firsttoken.formats.client import ClientFormat
+from firsttoken.formats.client import Answering
 from firsttoken.journey.timeline import Timeline
 from firsttoken.relay import Capture, Relay
 from firsttoken.server.http import SSE_HEADERS, ClientStalled, Headers, Send, response_headers, send_bytes, send_error
@@ -21,12 +21,12 @@ from firsttoken.sse import DONE, HEARTBEAT, error_event
 
 
 class Reply:
-    __slots__ = ("send", "base", "timeline", "alarms", "streaming", "include_usage", "format", "writer", "capture",
-                 "heartbeat", "started", "ended", "_stall")
+    __slots__ = ("send", "base", "timeline", "alarms", "streaming", "include_usage", "answering", "writer",
+                 "capture", "heartbeat", "started", "ended", "_stall")
     lost = False  # an outlet's: only a hedge lane can lose its race
 
     def __init__(self, send: Send, base: Headers, timeline: Timeline, alarms: Alarms, streaming: Streaming,
-                 include_usage: bool = False, format: ClientFormat = CHAT) -> None:
+                 include_usage: bool = False, answering: Answering = CHAT) -> None:
         self.send = send
         self.base = base  # the headers the request has gathered (x-request-id, x-firsttoken-size)
         self.timeline = timeline
@@ -34,9 +34,9 @@ class Reply:
         self.streaming = streaming  # the heartbeat's interval; how long the client may stall
         self.include_usage = include_usage  # a stream's client asked for the usage chunk
         # The client's wire format: what is written in chat's form (events, whole answers, errors) goes out
-        # in it. None: chat's own, written as it is.
-        self.format = format
-        self.writer = format.writer()
+        # in it. A writer of None: chat's own, written as it is.
+        self.answering = answering
+        self.writer = answering.writer()
         self.capture: Capture | None = None  # where the answer's events also go (to the requests that joined it)
         self.heartbeat: Heartbeat | None = None
         self.started = False  # the response's status and headers went out
@@ -112,7 +112,7 @@ class Reply:
         if native is not None:
             body = native
         elif self.writer is not None and status < 300:
-            body = self.format.whole(body)
+            body = self.answering.whole(body)
         self.timeline.status = status
         self.started = self.ended = True
         await send_bytes(self.send, status, body, [*response_headers(self.base, self.timeline), *extra])
@@ -126,7 +126,7 @@ class Reply:
             self.timeline.status = failure.status
             self.started = self.ended = True
             await send_error(self.send, failure, response_headers(self.base, self.timeline),
-                             self.format.error_body)
+                             self.answering.error_body)
             return
         await self.write(error_event(failure.body()) + self.timeline.closing_comment() + DONE, last=True)
 
