@@ -143,3 +143,16 @@ def test_a_repeated_stream_is_replayed_from_the_cache_as_messages_events(gateway
     text = ["".join(d["delta"].get("text", "") for n, d in run if n == "content_block_delta") for run in (first, again)]
     assert text[0] and text[0] == text[1]
     assert [n for n, _ in again][-2:] == ["message_delta", "message_stop"]
+
+
+def test_count_tokens(client: anthropic.Anthropic) -> None:
+    """Counted by an Anthropic upstream (here the region, counting as it would run it); estimated by the
+    gateway for a model with none, and said to be."""
+    asked = ask("How many tokens is this question? " * 20)
+    counted = client.messages.with_raw_response.count_tokens(model=NATIVE, messages=asked, system="Be brief.")
+    assert counted.parse().input_tokens > 100 and "x-firsttoken-count" not in counted.headers
+    estimated = client.messages.with_raw_response.count_tokens(model=TRANSLATED, messages=asked, system="Be brief.")
+    assert estimated.headers["x-firsttoken-count"] == "estimated"
+    assert abs(estimated.parse().input_tokens - counted.parse().input_tokens) < counted.parse().input_tokens / 2
+    with pytest.raises(anthropic.BadRequestError):
+        client.messages.count_tokens(model=NATIVE, messages=[])

@@ -10,7 +10,8 @@ What a chat upstream cannot do is decided here, once:
   editor, computer) have no definition a chat model could call: they are not offered to it, and the
   answer comes without them (docs/contracts.md, "Messages in").
 - Earlier thinking blocks are not sent back: chat upstreams take no reasoning in their history.
-- A thinking budget becomes a `reasoning_effort`.
+- A thinking budget becomes a `reasoning_effort`; adaptive thinking and `output_config.effort` leave the
+  effort to the model.
 """
 
 from __future__ import annotations
@@ -97,9 +98,11 @@ def _turn(message: Any, where: str) -> list[Json]:
     if not isinstance(message, dict):
         raise bad_request(f"'{where}' must be an object with 'role' and 'content'.", param=where)
     role, content = message.get("role"), message.get("content")
+    if role == "system":  # a system message mid-conversation (Claude Code's mid-conversation-system beta)
+        return [{"role": "system", "content": _system(content)}]
     if role not in ("user", "assistant"):
-        raise bad_request(f"'{where}.role' must be user or assistant; got {role!r} (the system prompt goes in "
-                          f"'system').", param=f"{where}.role", code="invalid_value")
+        raise bad_request(f"'{where}.role' must be user, assistant or system; got {role!r}.", param=f"{where}.role",
+                          code="invalid_value")
     if isinstance(content, str):
         return [{"role": role, "content": content}]
     if not isinstance(content, list):
@@ -226,14 +229,15 @@ def _function(tool: Any, where: str) -> Json | None:
 
 
 def _effort(thinking: Any) -> str | None:
+    """The reasoning effort that thinking with a budget asks for. Adaptive thinking leaves it to the model
+    (Claude Code always asks for it): a chat model's own default is the same choice, and a model that does
+    not reason would refuse any effort (as OpenAI's do)."""
     if thinking is None:
         return None
     if not isinstance(thinking, dict):
         raise bad_request("'thinking' must be an object such as {\"type\": \"enabled\", \"budget_tokens\": 4096}.",
                           param="thinking", code="invalid_type")
-    if thinking.get("type") in ("disabled", None):
-        return None
     budget = thinking.get("budget_tokens")
-    if not isinstance(budget, int) or isinstance(budget, bool):
-        return "medium"  # adaptive thinking: the model decides, and medium is OpenAI's default
+    if thinking.get("type") != "enabled" or not isinstance(budget, int) or isinstance(budget, bool):
+        return None
     return next((effort for bound, effort in _EFFORTS if budget < bound), "high")

@@ -42,6 +42,7 @@ from firsttoken.server.auth import ClientKeys
 from firsttoken.server.catalog import Catalog
 from firsttoken.server.chat import ChatCompletions
 from firsttoken.server.cors import Cors, is_preflight
+from firsttoken.server.count_tokens import CountTokens
 from firsttoken.server.egress import Egress
 from firsttoken.server.http import (
     ClientDisconnected,
@@ -124,13 +125,18 @@ class Gateway:
         ):
             self.routes.setdefault(f"/v1{path}", {})[method] = handler
             self.routes.setdefault(path, {})[method] = handler
+        count_tokens = CountTokens(admission, egress, resolver, settings.streaming)
+        for path in ("/v1/messages/count_tokens", "/messages/count_tokens"):
+            self.routes[path] = {"POST": count_tokens}
         self.routes["/v1/journeys"] = {"GET": ops.journey_list}
         self.routes["/v1/routing"] = {"GET": ops.routing}
         self.prefix_routes: dict[str, dict[str, Handler]] = {"/v1/journeys/": {"GET": ops.journey},
                                                             "/v1/models/": {"GET": catalog.model},
                                                             "/models/": {"GET": catalog.model}}
         # Errors in the route's own format: Anthropic's shape where Anthropic's SDKs are the clients.
-        self.error_formats: dict[str, ClientFormat] = {path: MESSAGES for path in ("/v1/messages", "/messages")}
+        self.error_formats: dict[str, ClientFormat] = {
+            path: MESSAGES for path in ("/v1/messages", "/messages", "/v1/messages/count_tokens",
+                                        "/messages/count_tokens")}
         self.routes["/metrics"] = {"GET": ops.prometheus}
         self.routes["/healthz"] = {"GET": ops.healthz}
         self.routes["/readyz"] = {"GET": ops.readyz}

@@ -113,13 +113,25 @@ def value_for(schema: dict[str, Any], whose: str, seed: int, key: Any, param: st
     except jsonschema.SchemaError as exc:
         raise ToolError(f"the schema of {whose} is not a valid JSON schema: {exc.message}", param) from None
     for attempt in range(ATTEMPTS):
-        value = _fake(schema, int(fraction_for(seed, {"key": key, "attempt": attempt}) * 2**32))
+        value = _whole_numbers(_fake(schema, int(fraction_for(seed, {"key": key, "attempt": attempt}) * 2**32)))
         if value is not _FAILED and validator.is_valid(value):
             return value
     raise ToolError(f"could not make a value valid for the schema of {whose}", param)
 
 
 _FAILED = object()
+
+
+def _whole_numbers(value: Any) -> Any:
+    """jsf may give an integer field a float such as 6965.0, which JSON Schema accepts as an integer but
+    typed clients do not (Codex CLI's Rust tools refuse it): whole floats become integers."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _whole_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_whole_numbers(v) for v in value]
+    return value
 
 
 def _fake(schema: dict[str, Any], seed: int) -> Any:

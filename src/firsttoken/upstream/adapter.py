@@ -55,6 +55,10 @@ class Adapter:
         """The client's request, in this upstream's own format, sent as it came but for the model."""
         raise NotImplementedError(f"{self.api} upstreams take no request in a format of their own")
 
+    def count_tokens(self, body: dict[str, Any], model: str,
+                     client_headers: Sequence[tuple[bytes, bytes]]) -> UpstreamRequest:
+        raise NotImplementedError(f"{self.api} upstreams count no Messages request")
+
     def chat_response(self, body: bytes) -> bytes:
         """A non-streaming answer in OpenAI's shape; a 502 when the upstream's 200 is not a chat completion
         (a page, a body cut in half)."""

@@ -59,6 +59,11 @@ class AnthropicAdapter(Adapter):
         payload = {**body, "model": model}
         return UpstreamRequest(f"{self.settings.url}/messages", headers, orjson.dumps(payload), native=True)
 
+    def count_tokens(self, body: Json, model: str, client_headers: Sequence[tuple[bytes, bytes]]) -> UpstreamRequest:
+        """A Messages request to count, passed through as `native` is."""
+        request = self.native(body, model, False, client_headers)
+        return UpstreamRequest(f"{self.settings.url}/messages/count_tokens", request.headers, request.data, True)
+
     def chat_response(self, body: bytes) -> bytes:
         try:
             message = orjson.loads(body)
