@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -146,3 +147,20 @@ def test_metrics_count_hedges_and_show_each_target(gateway) -> None:
     assert 'firsttoken_target_expected_ttft_seconds{kind="stream",target="fake/echo"}' in text
     assert 'firsttoken_target_circuit_open{target="fake/sleep-3000"} 0.0' in text
     assert "firsttoken_keep_warm_pings_total 0.0" in text
+
+
+def test_messages_and_responses_streams_hedge_like_chat(gateway, upstream) -> None:
+    """The other client formats ride the same race: the hedge's answer reaches the client in its own events."""
+    claude = anthropic.Anthropic(base_url=gateway.url, api_key=CLIENT_KEY, max_retries=0, timeout=20)
+    started = time.perf_counter()
+    raw = claude.messages.with_raw_response.create(model="stalls", max_tokens=50, messages=USER, stream=True)
+    text = "".join(event.delta.text for event in raw.parse() if event.type == "content_block_delta")
+    assert raw.headers["x-firsttoken-route"] == "fake/echo; hedge-of=fake/sleep-3000" and text == "echo: race me"
+    assert time.perf_counter() - started < 1.5
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=CLIENT_KEY, max_retries=0, timeout=20)
+    raw = client.responses.with_raw_response.create(model="stalls", input="race me", stream=True)
+    text = "".join(event.delta for event in raw.parse() if event.type == "response.output_text.delta")
+    assert raw.headers["x-firsttoken-route"] == "fake/echo; hedge-of=fake/sleep-3000" and text == "echo: race me"
+    journey = httpx.get(gateway.url + "/v1/journeys?limit=1", headers={"authorization": f"Bearer {CLIENT_KEY}"})
+    latest = journey.json()["data"][0]
+    assert latest["hedge"] == "hedge-of=fake/sleep-3000" and latest["phases"]["ttft"] < 1500
