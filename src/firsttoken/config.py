@@ -94,6 +94,8 @@ class Upstream(_Strict):
     headers: dict[str, str] = Field(default_factory=dict)
     models: list[str] = Field(default_factory=list, description="models it serves, if it cannot list them")
     stream_usage: bool = True  # ask for stream_options.include_usage (a few servers reject it)
+    responses: bool = Field(False, description="it serves OpenAI's Responses API at {url}/responses (OpenAI, "
+                                               "vLLM): Responses requests pass through to it untranslated")
     ca_file: str | None = None  # a CA bundle to trust for this upstream's TLS (a private or corporate CA)
     timeouts: Timeouts = Field(default_factory=Timeouts)
     pool: Pool = Field(default_factory=Pool)
@@ -464,6 +466,8 @@ def from_environment(environ: dict[str, str]) -> dict[str, Any]:
     for variable, name, url, api, region in PROVIDER_ENV:
         if environ.get(variable):
             upstreams[name] = {"url": url, "api": api, "key": environ[variable], "region": region}
+    if "openai" in upstreams:
+        upstreams["openai"]["responses"] = True  # OpenAI's own API serves Responses: they pass through to it
     return {"upstreams": upstreams}
 
 

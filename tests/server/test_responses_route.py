@@ -1,5 +1,6 @@
 """POST /v1/responses: the openai SDK's Responses API, unchanged, through the gateway to the simulated
-region's chat completions; the gateway keeps the responses that `previous_response_id` continues."""
+region, two ways: translated for its chat completions, and passed through to its own /v1/responses (an
+upstream with `responses: true`). The gateway keeps the responses that `previous_response_id` continues."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from support.gateway_process import GatewayProcess
 from support.sim_process import SimProcess
 
 OTHER_KEY = "sk-other-tenant-key-0000000000"
-MODEL = "llama"
+MODEL, NATIVE = "llama", "native-llama"
 WEATHER = {"type": "function", "name": "weather", "description": "The weather in a city.",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
                           "additionalProperties": False}}
@@ -27,8 +28,10 @@ WEATHER = {"type": "function", "name": "weather", "description": "The weather in
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
     workdir: Path = tmp_path_factory.mktemp("responses")
     with SimProcess(workdir, "--model", "llama-3.1-8b", "--model", "qwen3-8b") as sim:
-        settings = {"upstreams": {"sim": {"url": sim.url, "api": "openai"}},
-                    "models": {MODEL: ["sim/llama-3.1-8b"], "thinker": ["sim/qwen3-8b"]},
+        settings = {"upstreams": {"sim": {"url": sim.url, "api": "openai"},
+                                  "native": {"url": sim.url, "api": "openai", "responses": True}},
+                    "models": {MODEL: ["sim/llama-3.1-8b"], "thinker": ["sim/qwen3-8b"],
+                               NATIVE: ["native/llama-3.1-8b"]},
                     "cache": {"backend": "memory"},
                     "keys": [{"name": "app", "key": CLIENT_KEY}, {"name": "other", "key": OTHER_KEY}]}
         with GatewayProcess(settings, workdir) as gateway:
@@ -147,3 +150,34 @@ def test_structured_output_through_responses_and_chat(client: openai.OpenAI) -> 
     completion = client.chat.completions.parse(model=MODEL, messages=[{"role": "user", "content": "Lagos weather"}],
                                                response_format=Weather)
     assert isinstance(completion.choices[0].message.parsed, Weather)
+
+
+# --- an upstream that speaks Responses: the request and its events pass through ---------------------
+
+def test_native_create_and_stream_are_the_upstreams_own(client: openai.OpenAI) -> None:
+    whole = client.responses.create(model=NATIVE, input="Through, untouched.", max_output_tokens=30)
+    assert whole.id.startswith("resp_sim") and whole.output_text  # the region's own response
+    events = list(client.responses.create(model=NATIVE, input="Streamed through.", max_output_tokens=30,
+                                          stream=True))
+    assert events[0].type == "response.created" and events[-1].type in ("response.completed", "response.incomplete")
+    final = events[-1].response
+    assert final.id.startswith("resp_sim") and final.output[0].content[0].text
+    assert [event.sequence_number for event in events] == list(range(len(events)))
+
+
+def test_native_responses_are_continued_by_the_gateway_on_any_upstream(client: openai.OpenAI) -> None:
+    """The gateway keeps the conversation and sends it whole: the region never saw the first response's
+    id (its own memory is not asked), and a translated upstream can continue a native response too."""
+    first = client.responses.create(model=NATIVE, input="What is the weather in Lagos?", tools=[WEATHER],
+                                    tool_choice="required", store=True)
+    [call] = [item for item in first.output if item.type == "function_call"]
+    second = client.responses.create(model=NATIVE, previous_response_id=first.id, tools=[WEATHER], input=[
+        {"type": "function_call_output", "call_id": call.call_id, "output": "31 °C"}])
+    assert second.output_text and second.id.startswith("resp_sim")
+    third = client.responses.create(model=MODEL, previous_response_id=second.id, input="And tomorrow?")
+    assert third.output_text and not third.id.startswith("resp_sim")
+
+
+def test_native_hosted_tools_reach_the_upstream(client: openai.OpenAI) -> None:
+    response = client.responses.create(model=NATIVE, input="Search the web for Lagos.", tools=[{"type": "web_search"}])
+    assert response.output_text and response.id.startswith("resp_sim")

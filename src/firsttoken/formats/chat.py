@@ -11,16 +11,15 @@ from firsttoken.server import validate
 
 class ChatFormat:
     name: str = "chat"
-    native_api: str | None = None  # every upstream adapter takes chat completions: its own, or translated
 
     def parse(self, body: Json, headers: Sequence[tuple[bytes, bytes]], tenant: str) -> Parsed:
         model, stream = validate.chat_request(body)
-        return Parsed(model, stream, body, body, self)
+        return Parsed(model, stream, body, body, self, body)
 
     def writer(self) -> None:
         return None
 
-    def whole(self, answer: bytes) -> bytes:
+    def whole(self, answer: bytes, native: bytes | None = None) -> bytes:
         return answer
 
     def error_body(self, error: GatewayError) -> bytes:

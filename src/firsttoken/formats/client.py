@@ -4,8 +4,8 @@ errors are written back in it.
 The gateway reasons in one form, OpenAI's chat completions: sizing, limits, the cache's prompt, the relay's
 reading of a stream, what it keeps. A format reads its requests into that form (`Parsed.chat`), and each
 request's `Answering` writes what the gateway answers in that form back in the client's (`whole`,
-`writer`, `error_body`). An upstream that speaks the format itself (`native_api`) is sent the client's
-request as it came, and its stream passes through untouched.
+`writer`, `error_body`). An upstream that speaks the format itself (its adapter `speaks` it) is sent the
+client's request as it came (`Parsed.native`), and its answer passes through untouched.
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ class Answering(Protocol):
         """A new stream's writer; None when chat events go out as they are."""
         ...
 
-    def whole(self, answer: bytes) -> bytes:
-        """A whole chat.completion as this format's answer."""
+    def whole(self, answer: bytes, native: bytes | None = None) -> bytes:
+        """A whole chat.completion as this format's answer; `native`: the upstream's own answer, already in
+        this format (an upstream that speaks it)."""
         ...
 
     def error_body(self, error: GatewayError) -> bytes: ...
@@ -47,11 +48,11 @@ class Parsed:
     chat: Json  # the request as a chat completion body
     keyed: Json  # what shapes its answer, in the client's format: the exact cache key's request
     answering: Answering
+    native: Json  # the request as an upstream that speaks the client's format is sent it
 
 
 class ClientFormat(Answering, Protocol):
-    name: str  # as journeys and metrics name the route's format
-    native_api: str | None  # the upstream `api` that speaks this format itself
+    name: str  # as journeys and metrics name the route's format; what an adapter `speaks`
 
     def parse(self, body: Json, headers: Sequence[tuple[bytes, bytes]], tenant: str) -> Parsed:
         """The request checked and read (a GatewayError 400 when it is not one); `tenant` is whose it is."""

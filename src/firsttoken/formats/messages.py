@@ -16,7 +16,6 @@ _BETA = b"anthropic-beta"
 
 class MessagesFormat:
     name: str = "messages"
-    native_api: str | None = "anthropic"
 
     def parse(self, body: Json, headers: Sequence[tuple[bytes, bytes]], tenant: str) -> Parsed:
         model, stream = messages_request.check(body)
@@ -24,13 +23,13 @@ class MessagesFormat:
         # are part of what the answer is an answer to.
         betas = b",".join(value for name, value in headers if name == _BETA).decode("latin-1")
         keyed = {**body, "format": self.name, "betas": betas}
-        return Parsed(model, stream, messages_request.chat_request(body), keyed, self)
+        return Parsed(model, stream, messages_request.chat_request(body), keyed, self, body)
 
     def writer(self) -> MessagesEvents:
         return MessagesEvents()
 
-    def whole(self, answer: bytes) -> bytes:
-        return orjson.dumps(message(orjson.loads(answer)))
+    def whole(self, answer: bytes, native: bytes | None = None) -> bytes:
+        return native if native is not None else orjson.dumps(message(orjson.loads(answer)))
 
     def error_body(self, error: GatewayError) -> bytes:
         return orjson.dumps(error_object(error))

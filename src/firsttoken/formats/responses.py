@@ -5,11 +5,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import orjson
+
+from firsttoken.cache.key import DELIVERY_ONLY
 from firsttoken.errors import GatewayError, bad_request
 from firsttoken.formats import responses_request
 from firsttoken.formats.client import Json, Parsed
 from firsttoken.formats.response_store import ResponseStore
 from firsttoken.formats.responses_answer import Draft, ResponseEvents, error_body
+
+# Fields of a Responses request that change what comes back with the answer, or what is recorded of it, but
+# not the answer: Codex CLI sends a new client_metadata (turn ids) with every request.
+_NOT_ANSWERING = frozenset({"include", "client_metadata", "background", "model"})
 
 
 class ResponsesAnswering:
@@ -21,8 +28,11 @@ class ResponsesAnswering:
     def writer(self) -> ResponseEvents:
         return ResponseEvents(self.draft)
 
-    def whole(self, answer: bytes) -> bytes:
-        return self.draft.whole(answer)
+    def whole(self, answer: bytes, native: bytes | None = None) -> bytes:
+        if native is None:
+            return self.draft.whole(answer)
+        self.draft.kept(orjson.loads(native))
+        return native
 
     def error_body(self, error: GatewayError) -> bytes:
         return error_body(error)
@@ -30,7 +40,6 @@ class ResponsesAnswering:
 
 class ResponsesFormat:
     name: str = "responses"
-    native_api: str | None = None  # every upstream is sent the chat completion it amounts to
 
     def __init__(self, store: ResponseStore | None) -> None:
         self.store = store  # None: no response is kept, and none can be continued
@@ -46,8 +55,14 @@ class ResponsesFormat:
             def keep(response_id: str, output: list[Json]) -> None:
                 store.put(tenant, response_id, [*items, *output])
 
-        # The chat completion is all an upstream is sent: what shapes the answer is in it.
-        return Parsed(model, stream, chat, {**chat, "format": self.name}, ResponsesAnswering(Draft(body, keep)))
+        # The gateway keeps the conversations: an upstream that speaks Responses is sent the whole of it, so that
+        # any of a model's upstreams can continue any response (and none need keep one).
+        native = {key: value for key, value in body.items() if key != "previous_response_id"}
+        native["input"] = items
+        # What shapes the answer is in the chat completion, or in what a native upstream is sent.
+        keyed = {**chat, "format": self.name,
+                 "native": {k: v for k, v in native.items() if k not in DELIVERY_ONLY and k not in _NOT_ANSWERING}}
+        return Parsed(model, stream, chat, keyed, ResponsesAnswering(Draft(body, keep)), native)
 
     def _previous(self, response_id: Any, tenant: str) -> list[Json]:
         if response_id is None:
@@ -69,7 +84,7 @@ class ResponsesFormat:
     def writer(self) -> None:
         return None
 
-    def whole(self, answer: bytes) -> bytes:
+    def whole(self, answer: bytes, native: bytes | None = None) -> bytes:
         return answer
 
     def error_body(self, error: GatewayError) -> bytes:

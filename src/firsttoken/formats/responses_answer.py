@@ -62,6 +62,13 @@ class Draft:
                 "error": error, "incomplete_details": incomplete, "model": self.model, "output": output,
                 "usage": usage, **self.echo}
 
+    def kept(self, response: Any) -> None:
+        """An upstream's own complete response (one that speaks Responses), kept under its id."""
+        if (self.keep is not None and isinstance(response, dict)
+                and response.get("status") in ("completed", "incomplete")
+                and isinstance(response.get("id"), str) and isinstance(response.get("output"), list)):
+            self.keep(response["id"], response["output"])
+
     def finished(self, status: str, output: list[Json], usage: Json | None) -> Json:
         """The complete response; kept, when it may be, for a later `previous_response_id`."""
         if self.keep is not None and status in ("completed", "incomplete"):
@@ -119,6 +126,13 @@ def usage(chat_usage: Any) -> Json | None:
             "total_tokens": chat_usage.get("total_tokens") or prompt + output}
 
 
+def _response_of(event: bytes) -> Any:
+    try:
+        return orjson.loads(data_field(event) or b"{}").get("response")
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+
+
 def error_body(error: GatewayError) -> bytes:
     return error.to_bytes()  # Responses errors are OpenAI's, as on chat completions
 
@@ -154,7 +168,13 @@ class ResponseEvents:
         if raw.startswith(b":"):  # a heartbeat or the closing timing comment: clients skip comments
             out.append(raw + b"\n\n")
             return
-        if event_name(raw) is not None:  # already a Responses event (a stream passed through)
+        name = event_name(raw)
+        if name is not None:  # already a Responses event (a stream passed through)
+            self.started = True
+            if name in (b"response.completed", b"response.incomplete", b"response.failed", b"error"):
+                self.ended = True
+                if name != b"response.failed" and name != b"error":
+                    self.draft.kept(_response_of(raw))
             out.append(raw + b"\n\n")
             return
         payload = data_field(raw) or b""

@@ -51,14 +51,20 @@ class ChatRequest:
     stream: bool
     targets: list[Target]
     format: ClientFormat
-    original: dict[str, Any]  # as the client sent it
+    native: dict[str, Any]  # as an upstream that speaks the client's format is sent it
     keyed: dict[str, Any]  # what shapes its answer (the exact cache key's)
 
     def build(self, link: UpstreamLink, target: Target) -> UpstreamRequest:
         """The request as `target`'s upstream takes it: the client's own, when the upstream speaks its format."""
-        if link.adapter.api == self.format.native_api:
-            return link.adapter.native(self.original, target.model, self.stream, self.scope["headers"])
+        if link.adapter.speaks(self.format.name):
+            return link.adapter.native(self.native, target.model, self.stream, self.scope["headers"])
         return link.adapter.chat(self.body, target.model, self.stream)
+
+    def whole_answer(self, link: UpstreamLink, data: bytes) -> bytes:
+        """An upstream's whole answer in chat's shape: read from the client's format when it was asked in it."""
+        if link.adapter.speaks(self.format.name):
+            return link.adapter.native_response(data)
+        return link.adapter.chat_response(data)
 
 
 class ChatCompletions:
@@ -81,7 +87,7 @@ class ChatCompletions:
         body, model, stream = parsed.chat, parsed.model, parsed.stream
         timeline.model, timeline.stream = model, stream
         request = ChatRequest(scope, receive, body, model, stream, await self._targets(scope, body, model, base),
-                              self.format, original, parsed.keyed)
+                              self.format, parsed.native, parsed.keyed)
         reply = Reply(send, base, timeline, self.egress.alarms, self.streaming, client_wants_usage(body),
                       parsed.answering)
         charge = await self.admission.admit(scope, timeline, body, stream)
@@ -148,8 +154,7 @@ class ChatCompletions:
         if request.stream:
             work = StreamForwarder(egress, reply, ordered, request.build, keep).run()
         else:
-            work = forward_whole(egress, reply, ordered, request.build,
-                                 lambda link, data: link.adapter.chat_response(data), keep)
+            work = forward_whole(egress, reply, ordered, request.build, request.whole_answer, keep)
         await until_disconnect(request.receive, work, egress.alarms)
 
     def _keeper(self, lookup: Lookup, timeline: Timeline, flight: Flight) -> Keep:

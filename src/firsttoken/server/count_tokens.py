@@ -45,7 +45,7 @@ class CountTokens:
         reply = Reply(send, base, timeline, self.egress.alarms, self.streaming, answering=MESSAGES)
         upstreams = self.egress.upstreams
         targets = [t for t in self.resolver.resolve(timeline.model)
-                   if upstreams[t.upstream].adapter.api == MESSAGES.native_api]
+                   if upstreams[t.upstream].adapter.speaks(MESSAGES.name)]
         if not targets:
             estimate = estimate_tokens({**chat, "max_tokens": 0})
             await reply.whole(200, b"", [ESTIMATED], native=orjson.dumps({"input_tokens": estimate}))

@@ -109,10 +109,8 @@ class Reply:
                     native: bytes | None = None) -> None:
         """A whole answer, headers and body at once: `body` a chat.completion, given in the client's format;
         or `native`, the upstream's answer already in it."""
-        if native is not None:
-            body = native
-        elif self.writer is not None and status < 300:
-            body = self.answering.whole(body)
+        if status < 300:
+            body = self.answering.whole(body, native)
         self.timeline.status = status
         self.started = self.ended = True
         await send_bytes(self.send, status, body, [*response_headers(self.base, self.timeline), *extra])

@@ -93,7 +93,7 @@ class StreamForwarder:
         gave_up = passed_if_clients(attempt.deadline)
         router = self.egress.router
         assert reply.heartbeat is not None, "a stream keeps its client's connection alive (run)"
-        source = Source(link.name, link.settings.timeouts.idle, link.adapter.stream_translator(True),
+        source = Source(link.name, link.settings.timeouts.idle, link.adapter.stream_translator(True, attempt.native),
                         link.adapter.redactor, attempt.native)
         relay = Relay(response, outlet, source, alarms=alarms, heartbeat=reply.heartbeat,
                       first_token_deadline=attempt.deadline, deadline_error=gave_up,

@@ -50,6 +50,10 @@ class Adapter:
     def chat(self, body: dict[str, Any], model: str, stream: bool) -> UpstreamRequest:
         raise NotImplementedError
 
+    def speaks(self, client_format: str) -> bool:
+        """Whether it takes requests in that client format (formats/) as they come."""
+        return False
+
     def native(self, body: dict[str, Any], model: str, stream: bool,
                client_headers: Sequence[tuple[bytes, bytes]]) -> UpstreamRequest:
         """The client's request, in this upstream's own format, sent as it came but for the model."""
@@ -79,9 +83,14 @@ class Adapter:
         return bad_gateway(self.redactor.text(f"upstream {self.name} answered with something that is not {what}: "
                                               f"{why}"), code="upstream_bad_response")
 
-    def stream_translator(self, include_usage: bool) -> StreamTranslator | None:
-        """None means the stream is already OpenAI's and passes through byte for byte."""
+    def stream_translator(self, include_usage: bool, native: bool = False) -> StreamTranslator | None:
+        """None means the stream is already OpenAI's and passes through byte for byte. `native`: the answer to
+        a request in the client's own format (`native`), read only."""
         return None
+
+    def native_response(self, body: bytes) -> bytes:
+        """A whole answer to a `native` request, in OpenAI's chat shape (to be read and kept)."""
+        return self.chat_response(body)
 
     def embeddings(self, body: dict[str, Any], model: str) -> UpstreamRequest:
         raise GatewayError(400, f"upstream {self.name} ({self.api}) has no embeddings endpoint; "

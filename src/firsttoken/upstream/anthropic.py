@@ -75,8 +75,11 @@ class AnthropicAdapter(Adapter):
                               code="upstream_bad_response")
         return orjson.dumps(completion(message))
 
-    def stream_translator(self, include_usage: bool) -> AnthropicStream:
-        return AnthropicStream(include_usage, self.name)
+    def stream_translator(self, include_usage: bool, native: bool = False) -> AnthropicStream:
+        return AnthropicStream(include_usage, self.name)  # a native stream is Messages events too
+
+    def speaks(self, client_format: str) -> bool:
+        return client_format == "messages"
 
     def probe(self) -> tuple[str, dict[str, str]]:
         return f"{self.settings.url}/models", self._auth

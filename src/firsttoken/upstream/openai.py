@@ -3,11 +3,13 @@ OpenRouter, DeepSeek, Mistral, Gemini's compatible endpoint, vLLM, Ollama, llama
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
 
 from firsttoken.upstream.adapter import Adapter, UpstreamRequest
+from firsttoken.upstream.responses import ResponsesStream, completion
 
 
 def with_model(body: dict[str, Any], model: str, stream: bool, ask_usage: bool) -> bytes:
@@ -32,6 +34,27 @@ class OpenAIAdapter(Adapter):
     def chat(self, body: dict[str, Any], model: str, stream: bool) -> UpstreamRequest:
         return UpstreamRequest(f"{self.settings.url}/chat/completions", self._json_headers,
                                with_model(body, model, stream, self.settings.stream_usage))
+
+    def speaks(self, client_format: str) -> bool:
+        return client_format == "responses" and self.settings.responses
+
+    def native(self, body: dict[str, Any], model: str, stream: bool,
+               client_headers: Sequence[tuple[bytes, bytes]]) -> UpstreamRequest:
+        """A Responses request passed through: hosted tools, encrypted reasoning, `include`, all as written."""
+        return UpstreamRequest(f"{self.settings.url}/responses", self._json_headers,
+                               orjson.dumps({**body, "model": model}), native=True)
+
+    def stream_translator(self, include_usage: bool, native: bool = False) -> ResponsesStream | None:
+        return ResponsesStream(include_usage, self.name) if native else None
+
+    def native_response(self, body: bytes) -> bytes:
+        try:
+            response = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            response = None
+        if not isinstance(response, dict) or response.get("object") != "response":
+            raise self.not_an_answer("a response", body[:200].decode("utf-8", "replace"))
+        return orjson.dumps(completion(response))
 
     def embeddings(self, body: dict[str, Any], model: str) -> UpstreamRequest:
         return UpstreamRequest(f"{self.settings.url}/embeddings", self._json_headers,
