@@ -81,7 +81,7 @@ def _arguments(arguments: Any) -> Any:
 
 def error_object(error: GatewayError) -> Json:
     """A gateway error in Anthropic's shape."""
-    kind = error.type if error.type in _KEPT_TYPES else ERROR_TYPES.get(error.status, "api_error")
+    kind = ERROR_TYPES.get(error.status) or (error.type if error.type in _KEPT_TYPES else "api_error")
     return {"type": "error", "error": {"type": kind, "message": error.message}}
 
 
