@@ -239,3 +239,16 @@ def test_kept_responses_are_per_tenant_bounded_and_expire(tmp_path: Path) -> Non
     time.sleep(0.05)
     assert expired.get("a", "resp_2") is None
     assert (tmp_path / "responses.db").stat().st_mode & 0o077 == 0  # every tenant's conversations: ours alone
+
+
+def test_a_conversation_is_kept_a_turn_a_row_and_read_back_whole(tmp_path: Path) -> None:
+    store = ResponseStore(tmp_path / "responses.db", max_responses=100, max_age_s=3600)
+    store.put("a", "resp_1", [{"n": 1}, {"n": 2}])
+    store.put("a", "resp_2", [{"n": 3}], parent="resp_1")
+    store.put("a", "resp_3", [{"n": 4}, {"n": 5}], parent="resp_2")
+    assert store.get("a", "resp_3") == [{"n": n} for n in range(1, 6)]
+    assert store.get("a", "resp_2") == [{"n": n} for n in range(1, 4)]
+    store.put("b", "resp_4", [{"n": 6}], parent="resp_3")  # another tenant cannot graft onto a's conversation
+    assert store.get("b", "resp_4") is None
+    store.db.execute("DELETE FROM responses WHERE id = 'resp_1'")  # a turn gone: the rest cannot be continued
+    assert store.get("a", "resp_3") is None

@@ -1,7 +1,9 @@
 """The responses the gateway keeps, so that a Responses request can continue one (`previous_response_id`):
-each response's whole conversation (its input items, the earlier responses' before them, then its output
-items), in a SQLite file, under the tenant whose request made it. Another tenant asking for the id is told
-it does not exist, as is anyone after the response expired or was pushed out by newer ones.
+in a SQLite file, under the tenant whose request made it, each response's own items (its input, then its
+output) and the response it continued. A conversation is read back by following those links to its first
+response: a long one costs a row per turn, not the whole conversation again with every turn. Another tenant
+asking for an id is told it does not exist, as is anyone after the response, or one it continued, expired
+or was pushed out by newer ones.
 
 Reads and writes are on the event loop: one indexed row each, tens of microseconds on a local file in WAL
 mode (the journey log, which writes in batches, is the one that needs a thread).
@@ -22,12 +24,25 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
     id TEXT PRIMARY KEY,
     tenant TEXT NOT NULL,
+    parent TEXT,
     created REAL NOT NULL,
     items BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS responses_created ON responses (created);
 """
 _PRUNE_EVERY = 256  # writes between prunings: pruning is a range delete over the created index
+MAX_TURNS = 10_000  # links followed at most: a conversation longer than that is not continued
+# The conversation ending at a response, oldest turn first; its first row must have no parent (else a turn
+# in between is gone).
+_CHAIN = """
+WITH RECURSIVE chain(parent, items, depth) AS (
+    SELECT parent, items, 0 FROM responses WHERE id = :id AND tenant = :tenant AND created > :after
+    UNION ALL
+    SELECT r.parent, r.items, chain.depth + 1 FROM responses r JOIN chain ON r.id = chain.parent
+    WHERE r.tenant = :tenant AND r.created > :after AND chain.depth < :turns
+)
+SELECT parent, items FROM chain ORDER BY depth DESC
+"""
 
 
 class ResponseStore:
@@ -41,14 +56,18 @@ class ResponseStore:
         self._writes = 0
 
     def get(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None:
-        """The conversation up to and including the response; None when there is none of this tenant's."""
-        row = self.db.execute("SELECT items FROM responses WHERE id = ? AND tenant = ? AND created > ?",
-                              (response_id, tenant, time.time() - self.max_age_s)).fetchone()
-        return orjson.loads(row[0]) if row is not None else None
+        """The conversation up to and including the response; None when there is none of this tenant's, or a
+        turn of it is gone."""
+        rows = self.db.execute(_CHAIN, {"id": response_id, "tenant": tenant, "after": time.time() - self.max_age_s,
+                                        "turns": MAX_TURNS}).fetchall()
+        if not rows or rows[0][0] is not None:
+            return None
+        return [item for _, items in rows for item in orjson.loads(items)]
 
-    def put(self, tenant: str, response_id: str, items: list[dict[str, Any]]) -> None:
-        self.db.execute("INSERT OR REPLACE INTO responses (id, tenant, created, items) VALUES (?, ?, ?, ?)",
-                        (response_id, tenant, time.time(), orjson.dumps(items)))
+    def put(self, tenant: str, response_id: str, items: list[dict[str, Any]], parent: str | None = None) -> None:
+        """A response's own items (its input, then its output), and the response it continued."""
+        self.db.execute("INSERT OR REPLACE INTO responses (id, tenant, parent, created, items) VALUES (?, ?, ?, ?, ?)",
+                        (response_id, tenant, parent, time.time(), orjson.dumps(items)))
         self._writes += 1
         if self._writes % _PRUNE_EVERY == 0:
             self.prune()

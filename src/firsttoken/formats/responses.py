@@ -46,14 +46,16 @@ class ResponsesFormat:
 
     def parse(self, body: Json, headers: Sequence[tuple[bytes, bytes]], tenant: str) -> Parsed:
         model, stream = responses_request.check(body)
-        items = [*self._previous(body.get("previous_response_id"), tenant), *responses_request.input_items(body)]
+        previous = body.get("previous_response_id")
+        given = responses_request.input_items(body)
+        items = [*self._previous(previous, tenant), *given]
         chat = responses_request.chat_request(body, items)
         keep = None
         if self.store is not None and body.get("store") is not False:  # OpenAI keeps responses by default
             store = self.store
 
             def keep(response_id: str, output: list[Json]) -> None:
-                store.put(tenant, response_id, [*items, *output])
+                store.put(tenant, response_id, [*given, *output], previous)
 
         # The gateway keeps the conversations: an upstream that speaks Responses is sent the whole of it, so that
         # any of a model's upstreams can continue any response (and none need keep one).

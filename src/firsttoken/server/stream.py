@@ -128,7 +128,8 @@ class StreamForwarder:
         if response.status >= 300:
             return Outcome.failed(refusal(link, response, data))
         try:
-            answer = link.adapter.chat_response(link.adapter.scrub(data))
+            adapter = link.adapter
+            answer = (adapter.native_response if attempt.native else adapter.chat_response)(adapter.scrub(data))
         except GatewayError as error:
             return Outcome.failed(error)
         if not await outlet.claim():
