@@ -9,6 +9,7 @@ import threading
 from collections.abc import Iterator
 
 import anthropic
+import httpx
 import openai
 import pytest
 
@@ -71,3 +72,16 @@ def test_a_keys_limit_is_refused_in_the_routes_own_shape(gateway) -> None:
     client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=LIMITED_KEY, max_retries=0)
     with pytest.raises(openai.RateLimitError):
         client.responses.create(model="echo", input="three")
+
+
+def test_the_journey_says_which_api_the_client_spoke(gateway) -> None:
+    headers = {"authorization": f"Bearer {CLIENT_KEY}"}
+    claude = anthropic.Anthropic(base_url=gateway.url, api_key=CLIENT_KEY, max_retries=0)
+    raw = claude.messages.with_raw_response.create(model="echo", max_tokens=20,
+                                                   messages=[{"role": "user", "content": "which api?"}])
+    journey = httpx.get(f"{gateway.url}/v1/journeys/{raw.headers['x-request-id']}", headers=headers).json()
+    assert journey["api"] == "messages" and journey["phases"]["e2e"] > 0
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=CLIENT_KEY, max_retries=0)
+    raw = client.responses.with_raw_response.create(model="echo", input="which api?")
+    journey = httpx.get(f"{gateway.url}/v1/journeys/{raw.headers['x-request-id']}", headers=headers).json()
+    assert journey["api"] == "responses"

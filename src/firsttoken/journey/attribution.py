@@ -57,6 +57,7 @@ class Journey:
     cache: str = "bypass"  # the edge cache's outcome: bypass | miss | hit
     hedge: str = ""  # "hedge-of=<the first target>" when a hedge won, "hedged-by=<the hedge>" when it lost
     error: dict[str, str] | None = None  # {"code", "message"}: an error answered, or a stream broken after its 200
+    api: str = "chat"  # the API the client spoke: chat | messages | responses | embeddings
     verdict: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -131,7 +132,8 @@ def attribute(timeline: Timeline) -> Journey:
                       rate, itl_max,
                       upstream_timing, timeline.handshake.as_dict() if timeline.handshake is not None else None,
                       timeline.cache.header(timeline.similarity).decode(), timeline.hedge.decode().removeprefix("; "),
-                      {"code": timeline.error_code, "message": timeline.error} if timeline.error_code else None)
+                      {"code": timeline.error_code, "message": timeline.error} if timeline.error_code else None,
+                      timeline.api)
     return Journey(**{**journey.__dict__, "verdict": verdict(journey, provider)})
 
 

@@ -33,7 +33,8 @@ CREATE TABLE IF NOT EXISTS journeys (
     upstream_timing TEXT,           -- the upstream's own Server-Timing header, as it sent it
     hedge TEXT,                     -- hedge-of=<first target> when a hedge won; hedged-by=<hedge> when it lost
     error_code TEXT, error TEXT,    -- how it failed: an error answered, or a stream broken after its 200
-    cached_tokens INTEGER           -- of the input, what the provider's prompt cache served
+    cached_tokens INTEGER,          -- of the input, what the provider's prompt cache served
+    api TEXT                        -- the API the client spoke: chat | messages | responses | embeddings
 );
 CREATE INDEX IF NOT EXISTS journeys_at ON journeys (at);
 """
@@ -41,9 +42,10 @@ CREATE INDEX IF NOT EXISTS journeys_at ON journeys (at);
 COLUMNS = ("id", "at", "tenant", "model", "route", "upstream", "stream", "status", "attempts", "reused",
            "client_rtt", "gateway", "cache", "connect", "ttfb", "rtt", "floor", "distance_tax", "queue_prefill",
            "ttft", "decode", "e2e", "output_tokens", "tokens_per_s", "itl_max", "upstream_timing", "hedge",
-           "error_code", "error", "pool", "cached_tokens")
+           "error_code", "error", "pool", "cached_tokens", "api")
 # Columns added since the first schema, which a file written before them gains when it is opened.
-_ADDED = {"hedge": "TEXT", "error_code": "TEXT", "error": "TEXT", "pool": "REAL", "cached_tokens": "INTEGER"}
+_ADDED = {"hedge": "TEXT", "error_code": "TEXT", "error": "TEXT", "pool": "REAL", "cached_tokens": "INTEGER",
+          "api": "TEXT"}
 
 # Rows go in as multi-row INSERTs of 2**k rows each (at most 256: 6 656 parameters, under SQLite's
 # 32 766): sqlite3 lets go of the GIL once per statement, and executemany's once per row made the
@@ -80,7 +82,7 @@ def row(timeline: Timeline, p: Phases, at: float) -> tuple[Any, ...]:
             p.ttft, p.decode, p.e2e, timeline.output_tokens, tokens_per_s(timeline, p),
             timeline.max_gap * 1000.0 if timeline.token_events > 1 else None, timeline.upstream_timing,
             timeline.hedge.decode().removeprefix("; ") or None, timeline.error_code or None, timeline.error or None,
-            p.pool, timeline.cached_tokens)
+            p.pool, timeline.cached_tokens, timeline.api)
 
 
 class JourneyLog:

@@ -51,7 +51,8 @@ class OtlpExporter:
         end = t.last_byte or perf_counter()
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": t.operation, "gen_ai.request.model": t.model,
-            "firsttoken.request_id": t.request_id, "firsttoken.route": t.route, "firsttoken.upstream": t.upstream,
+            "firsttoken.request_id": t.request_id, "firsttoken.api": t.api,
+            "firsttoken.route": t.route, "firsttoken.upstream": t.upstream,
             "firsttoken.tenant": t.tenant, "firsttoken.stream": t.stream, "firsttoken.connection_reused": t.reused,
             "http.response.status_code": t.status,
         }

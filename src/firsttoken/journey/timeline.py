@@ -16,7 +16,7 @@ from firsttoken.upstream.connector import Handshake
 
 
 class Timeline:
-    __slots__ = ("request_id", "operation", "tenant", "model", "stream", "status", "received", "cache_ms",
+    __slots__ = ("request_id", "operation", "api", "tenant", "model", "stream", "status", "received", "cache_ms",
                  "sent", "first_byte", "first_token", "last_token", "last_byte", "max_gap", "pool_ms", "connect_ms",
                  "reused", "token_events", "output_tokens", "input_tokens", "cached_tokens", "route", "upstream",
                  "attempts", "client_rtt", "upstream_rtt", "upstream_timing", "floor_ms", "handshake", "cache",
@@ -47,6 +47,7 @@ class Timeline:
         self.input_tokens: int | None = None
         self.cached_tokens: int | None = None  # of the input, what the provider's prompt cache served
         self.operation = "chat"  # the GenAI operation: chat | embeddings
+        self.api = "chat"  # the API the client spoke: chat | messages | responses | embeddings
         self.route = ""
         self.upstream = ""
         self.attempts = 0

@@ -31,7 +31,7 @@ class Catalog:
 
     async def embeddings(self, scope: Scope, receive: Receive, send: Send, base: Headers, timeline: Timeline) -> None:
         body = await self.admission.body(scope, receive, timeline)
-        timeline.operation = "embeddings"
+        timeline.operation = timeline.api = "embeddings"
         timeline.model = validate.embeddings_request(body)
         targets = self.resolver.resolve(timeline.model)
         reply = Reply(send, base, timeline, self.egress.alarms, self.streaming)

@@ -85,7 +85,7 @@ class ChatCompletions:
         original = await self.admission.body(scope, receive, timeline)
         parsed = self.format.parse(original, scope["headers"], timeline.tenant)
         body, model, stream = parsed.chat, parsed.model, parsed.stream
-        timeline.model, timeline.stream = model, stream
+        timeline.model, timeline.stream, timeline.api = model, stream, self.format.name
         request = ChatRequest(scope, receive, body, model, stream, await self._targets(scope, body, model, base),
                               self.format, parsed.native, parsed.keyed)
         reply = Reply(send, base, timeline, self.egress.alarms, self.streaming, client_wants_usage(body),

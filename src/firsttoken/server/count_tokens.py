@@ -37,7 +37,7 @@ class CountTokens:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send, base: Headers, timeline: Timeline) -> None:
         body = await self.admission.body(scope, receive, timeline)
-        timeline.operation = "count_tokens"
+        timeline.operation, timeline.api = "count_tokens", MESSAGES.name
         timeline.model = validate.model_name(body)
         counted = {**body, "max_tokens": 1}  # count_tokens takes no max_tokens; the checks want one
         messages_request.check(counted)
