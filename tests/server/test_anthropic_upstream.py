@@ -150,3 +150,16 @@ def test_messages_error_event_mid_stream(messages_client, anthropic_upstream) ->
         assert "Overloaded" in str(failed.value)
     finally:
         anthropic_upstream.fault = None
+
+
+def test_messages_chat_cannot_carry_still_pass_through(messages_client, anthropic_upstream) -> None:
+    """A server tool's call and result in the history: no chat form holds them, an Anthropic upstream does."""
+    history = [{"role": "user", "content": "Search for Lagos."},
+               {"role": "assistant", "content": [
+                   {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "Lagos"}},
+                   {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": []},
+                   {"type": "text", "text": "Found it."}]},
+               {"role": "user", "content": "hello again"}]
+    message = messages_client.messages.create(model="chat", max_tokens=50, messages=history)
+    assert message.content[0].text == "You said: hello again"
+    assert anthropic_upstream.last.body["messages"] == history

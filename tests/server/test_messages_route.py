@@ -156,3 +156,12 @@ def test_count_tokens(client: anthropic.Anthropic) -> None:
     assert abs(estimated.parse().input_tokens - counted.parse().input_tokens) < counted.parse().input_tokens / 2
     with pytest.raises(anthropic.BadRequestError):
         client.messages.count_tokens(model=NATIVE, messages=[])
+
+
+def test_what_a_chat_upstream_cannot_take_is_refused_only_there(client: anthropic.Anthropic) -> None:
+    history = [{"role": "user", "content": "Read this."},
+               {"role": "user", "content": [{"type": "document", "source": {"type": "url", "url": "https://x/a.pdf"}},
+                                            {"type": "text", "text": "What does it say?"}]}]
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        client.messages.create(model=TRANSLATED, max_tokens=20, messages=history)
+    assert "source" in refused.value.message

@@ -219,7 +219,8 @@ def _check_content(message: Json, previous: Json | None, i: int) -> str | None:
                     f"`tool_use` block in the previous message.")
         if kind == "tool_use" and not isinstance(block.get("input"), dict):
             return f"messages.{i}.content.{j}.tool_use.input: Input should be a valid dictionary"
-        if kind not in ("text", "image", "tool_use", "tool_result", "document", "thinking", "redacted_thinking"):
+        if kind not in ("text", "image", "tool_use", "tool_result", "document", "thinking", "redacted_thinking",
+                        "server_tool_use", "web_search_tool_result", "search_result"):
             return f"messages.{i}.content.{j}: Input tag '{kind}' does not match any of the expected tags"
     return None
 

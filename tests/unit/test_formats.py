@@ -120,7 +120,8 @@ def test_a_messages_request_as_chat() -> None:
                                               "content": [{"type": "text", "text": "timeout"}]},
                                              {"type": "text", "text": "Try again."}]}]}
     assert messages_request.check(body) == ("m", True)
-    chat = messages_request.chat_request(body)
+    chat = messages_request.chat_request(body, skipped := [])
+    assert skipped == []
     assert chat["messages"] == [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": [{"type": "text", "text": "Weather?"},
@@ -146,7 +147,44 @@ def test_a_messages_request_without_what_it_needs_is_a_400(body: dict[str, Any],
     assert refused.value.status == 400 and refused.value.param == param
 
 
+def test_what_chat_cannot_carry_is_left_out_and_said_why() -> None:
+    """A server tool's call and result in the history: an Anthropic upstream takes them, a chat one cannot."""
+    body = {"model": "m", "max_tokens": 10, "messages": [
+        {"role": "user", "content": "Search for Lagos."},
+        {"role": "assistant", "content": [{"type": "text", "text": "Searching."},
+                                          {"type": "server_tool_use", "id": "s1", "name": "web_search", "input": {}}]},
+        {"role": "user", "content": [{"type": "document", "source": {"type": "url", "url": "https://x/y.pdf"}},
+                                     {"type": "text", "text": "And this?"}]}]}
+    skipped: list[GatewayError] = []
+    chat = messages_request.chat_request(body, skipped)
+    assert [e.param for e in skipped] == ["messages[1].content[1].type", "messages[2].content[0].source"]
+    assert chat["messages"] == [{"role": "user", "content": "Search for Lagos."},
+                                {"role": "assistant", "content": "Searching."},
+                                {"role": "user", "content": "And this?"}]
+
+
 # --- Responses --------------------------------------------------------------------------------------
+
+def test_a_text_reply_and_its_tool_call_are_one_assistant_turn() -> None:
+    items = [{"role": "user", "content": "weather?"}, {"role": "assistant", "content": "I'll look."},
+             {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+             {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+             {"type": "item_reference", "id": "msg_1"}]
+    skipped: list[GatewayError] = []
+    chat = responses_request.chat_request({"model": "m", "parallel_tool_calls": True}, items, skipped)
+    assert chat["messages"][1] == {"role": "assistant", "content": "I'll look.", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}
+    assert "parallel_tool_calls" not in chat  # no tools: a chat upstream would refuse it
+    assert [e.code for e in skipped] == ["unsupported_value"]
+
+
+@pytest.mark.parametrize("role", [[], {}, 3, None])
+def test_a_role_that_is_no_string_is_a_400(role: Any) -> None:
+    body = {"model": "m", "input": [{"type": "message", "role": role, "content": "x"}]}
+    with pytest.raises(GatewayError) as refused:
+        responses_request.chat_request(body, responses_request.input_items(body), [])
+    assert refused.value.status == 400 and refused.value.param == "input[0].role"
+
 
 def test_a_responses_request_as_chat() -> None:
     body = {"model": "m", "instructions": "Be brief.", "max_output_tokens": 50, "stream": True,
@@ -161,7 +199,7 @@ def test_a_responses_request_as_chat() -> None:
              {"type": "function_call", "call_id": "c2", "name": "f", "arguments": "{}"},
              {"type": "function_call_output", "call_id": "c1", "output": "one"},
              {"type": "function_call_output", "call_id": "c2", "output": [{"type": "input_text", "text": "two"}]}]
-    chat = responses_request.chat_request(body, items)
+    chat = responses_request.chat_request(body, items, [])
     assert chat["messages"] == [
         {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
         {"role": "assistant", "content": None, "tool_calls": [
@@ -252,3 +290,13 @@ def test_a_conversation_is_kept_a_turn_a_row_and_read_back_whole(tmp_path: Path)
     assert store.get("b", "resp_4") is None
     store.db.execute("DELETE FROM responses WHERE id = 'resp_1'")  # a turn gone: the rest cannot be continued
     assert store.get("a", "resp_3") is None
+
+
+def test_interleaved_tool_call_arguments_all_reach_their_calls() -> None:
+    interleaved = [chunk({"tool_calls": [{"index": 0, "id": "a", "function": {"name": "f", "arguments": "{\"x\":"}}]}),
+                   chunk({"tool_calls": [{"index": 1, "id": "b", "function": {"name": "g", "arguments": "{}"}}]}),
+                   chunk({"tool_calls": [{"index": 0, "function": {"arguments": " 1}"}}]}),
+                   chunk({}, "tool_calls"), DONE]
+    writer = ResponseEvents(Draft({"model": "m"}, None))
+    final = events(b"".join(writer.write(piece) for piece in interleaved))[-1][1]["response"]
+    assert [(item["call_id"], item["arguments"]) for item in final["output"]] == [("a", '{"x": 1}'), ("b", "{}")]

@@ -49,6 +49,9 @@ class Parsed:
     keyed: Json  # what shapes its answer, in the client's format: the exact cache key's request
     answering: Answering
     native: Json  # the request as an upstream that speaks the client's format is sent it
+    # Why `chat` leaves out part of the request, when it does: a chat upstream refuses it with this error,
+    # an upstream that speaks the format takes it whole.
+    untranslatable: GatewayError | None = None
 
 
 class ClientFormat(Answering, Protocol):

@@ -23,7 +23,9 @@ class MessagesFormat:
         # are part of what the answer is an answer to.
         betas = b",".join(value for name, value in headers if name == _BETA).decode("latin-1")
         keyed = {**body, "format": self.name, "betas": betas}
-        return Parsed(model, stream, messages_request.chat_request(body), keyed, self, body)
+        skipped: list[GatewayError] = []
+        chat = messages_request.chat_request(body, skipped)
+        return Parsed(model, stream, chat, keyed, self, body, skipped[0] if skipped else None)
 
     def writer(self) -> MessagesEvents:
         return MessagesEvents()

@@ -226,5 +226,5 @@ class MessagesEvents:
         details = error if isinstance(error, dict) else {"message": str(error)}
         kind = details.get("type")
         out.append(event("error", {"type": "error", "error": {
-            "type": kind if kind in _KEPT_TYPES else "api_error",
+            "type": kind if isinstance(kind, str) and kind in _KEPT_TYPES else "api_error",
             "message": str(details.get("message") or "the upstream failed")}}))

@@ -5,6 +5,10 @@ OpenAI-compatible upstream is sent. An Anthropic upstream is sent the Messages r
 (upstream/anthropic.py, `native_messages`), so nothing here needs to survive a round trip: fields with no
 chat meaning (`cache_control`, thinking signatures, `container`) are left out of the chat form only.
 
+A block that a chat upstream cannot take at all (a server tool's call and result in the history, a
+document by URL, a search result) does not refuse the request: an Anthropic target takes it as it came.
+It is left out of the chat form and recorded (`skipped`); only a chat target refuses it (ChatRequest.build).
+
 What a chat upstream cannot do is decided here, once:
 - Anthropic's server tools (web search, code execution) and its schema-less client tools (bash, text
   editor, computer) have no definition a chat model could call: they are not offered to it, and the
@@ -20,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from firsttoken.errors import bad_request
+from firsttoken.errors import GatewayError, bad_request
 from firsttoken.server.validate import model_name
 
 Json = dict[str, Any]
@@ -50,14 +54,15 @@ def check(body: Json) -> tuple[str, bool]:
     return model, stream
 
 
-def chat_request(body: Json) -> Json:
-    """The chat completion body that asks what this (checked) Messages request asks."""
+def chat_request(body: Json, skipped: list[GatewayError]) -> Json:
+    """The chat completion body that asks what this (checked) Messages request asks; why each block left
+    out of it could not be carried goes into `skipped`."""
     messages: list[Json] = []
     system = _system(body.get("system"))
     if system:
         messages.append({"role": "system", "content": system})
     for i, message in enumerate(body["messages"]):
-        messages += _turn(message, f"messages[{i}]")
+        messages += _turn(message, f"messages[{i}]", skipped)
     out: Json = {"model": body["model"], "messages": messages, "max_tokens": body["max_tokens"]}
     for key in ("temperature", "top_p"):
         if body.get(key) is not None:
@@ -92,7 +97,7 @@ def _text_of(block: Any, where: str) -> str:
     return str(block["text"])
 
 
-def _turn(message: Any, where: str) -> list[Json]:
+def _turn(message: Any, where: str, skipped: list[GatewayError]) -> list[Json]:
     """One Messages turn as chat messages: a user turn's tool results become tool messages (first, as
     Anthropic puts them first), an assistant turn's tool_use blocks its tool calls."""
     if not isinstance(message, dict):
@@ -117,7 +122,8 @@ def _turn(message: Any, where: str) -> list[Json]:
         if kind == "text":
             parts.append({"type": "text", "text": _text_of(block, at)})
         elif kind in ("image", "document") and role == "user":
-            parts.append(_media(block, at))
+            if (part := _media(block, at, skipped)) is not None:
+                parts.append(part)
         elif kind == "tool_result" and role == "user":
             results.append(_tool_result(block, at))
         elif kind == "tool_use" and role == "assistant":
@@ -127,10 +133,10 @@ def _turn(message: Any, where: str) -> list[Json]:
         elif kind is None:
             raise bad_request(f"'{at}' must be a content block with a 'type'.", param=at)
         else:
-            raise bad_request(f"'{at}.type' {kind!r} cannot be sent to this model's upstream from a {role} turn; "
-                              f"it takes text, image, document and tool_result blocks from users, text, "
-                              f"thinking and tool_use blocks from the assistant.", param=f"{at}.type",
-                              code="invalid_value")
+            skipped.append(bad_request(
+                f"'{at}.type' {kind!r} cannot be sent to this model's upstream from a {role} turn; it takes text, "
+                f"image, document and tool_result blocks from users, text, thinking and tool_use blocks from the "
+                f"assistant.", param=f"{at}.type", code="invalid_value"))
     turn: list[Json] = results
     if role == "assistant":
         text = "".join(part["text"] for part in parts)
@@ -145,7 +151,7 @@ def _turn(message: Any, where: str) -> list[Json]:
     return turn
 
 
-def _media(block: Json, where: str) -> Json:
+def _media(block: Json, where: str, skipped: list[GatewayError]) -> Json | None:
     """An image or a document as a chat content part: base64 data as a data URL, a URL as it is, a plain
     text document as its text."""
     source = block.get("source")
@@ -159,9 +165,10 @@ def _media(block: Json, where: str) -> Json:
         return {"type": "image_url", "image_url": {"url": source.get("url")}}
     if kind == "text" and isinstance(source, dict) and isinstance(source.get("data"), str):
         return {"type": "text", "text": source["data"]}
-    raise bad_request(f"'{where}.source' of type {kind!r} cannot be sent to this model's upstream; use base64 "
-                      f"data{', a URL' if block['type'] == 'image' else ' or text'}.", param=f"{where}.source",
-                      code="invalid_value")
+    skipped.append(bad_request(f"'{where}.source' of type {kind!r} cannot be sent to this model's upstream; use "
+                               f"base64 data{', a URL' if block['type'] == 'image' else ' or text'}.",
+                               param=f"{where}.source", code="invalid_value"))
+    return None
 
 
 def _tool_result(block: Json, where: str) -> Json:

@@ -49,7 +49,8 @@ class ResponsesFormat:
         previous = body.get("previous_response_id")
         given = responses_request.input_items(body)
         items = [*self._previous(previous, tenant), *given]
-        chat = responses_request.chat_request(body, items)
+        skipped: list[GatewayError] = []
+        chat = responses_request.chat_request(body, items, skipped)
         keep = None
         if self.store is not None and body.get("store") is not False:  # OpenAI keeps responses by default
             store = self.store
@@ -60,11 +61,14 @@ class ResponsesFormat:
         # The gateway keeps the conversations: an upstream that speaks Responses is sent the whole of it, so that
         # any of a model's upstreams can continue any response (and none need keep one).
         native = {key: value for key, value in body.items() if key != "previous_response_id"}
-        native["input"] = items
+        # Reasoning the gateway wrote (from a chat upstream: no encrypted content) is no item an upstream knows.
+        native["input"] = [item for item in items
+                           if item.get("type") != "reasoning" or item.get("encrypted_content")]
         # What shapes the answer is in the chat completion, or in what a native upstream is sent.
         keyed = {**chat, "format": self.name,
                  "native": {k: v for k, v in native.items() if k not in DELIVERY_ONLY and k not in _NOT_ANSWERING}}
-        return Parsed(model, stream, chat, keyed, ResponsesAnswering(Draft(body, keep)), native)
+        return Parsed(model, stream, chat, keyed, ResponsesAnswering(Draft(body, keep)), native,
+                      skipped[0] if skipped else None)
 
     def _previous(self, response_id: Any, tenant: str) -> list[Json]:
         if response_id is None:
@@ -73,9 +77,9 @@ class ResponsesFormat:
             raise bad_request("'previous_response_id' must be a response's id.", param="previous_response_id",
                               code="invalid_type")
         if self.store is None:
-            raise bad_request("This gateway keeps no responses (responses.store is off), so none can be continued; "
-                              "send the whole conversation in 'input'.", param="previous_response_id",
-                              code="previous_response_not_found")
+            raise GatewayError(404, "This gateway keeps no responses (responses.store is off), so none can be "
+                                    "continued; send the whole conversation in 'input'.",
+                               param="previous_response_id", code="previous_response_not_found")
         items = self.store.get(tenant, response_id)
         if items is None:
             raise GatewayError(404, f"Previous response with id '{response_id}' not found (it may have expired, or "

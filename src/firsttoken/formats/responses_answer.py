@@ -126,11 +126,13 @@ def usage(chat_usage: Any) -> Json | None:
             "total_tokens": chat_usage.get("total_tokens") or prompt + output}
 
 
-def _response_of(event: bytes) -> Any:
+def _payload(event: bytes) -> Json:
+    """An event's data object ({} when it holds none)."""
     try:
-        return orjson.loads(data_field(event) or b"{}").get("response")
-    except (orjson.JSONDecodeError, AttributeError):
-        return None
+        payload = orjson.loads(data_field(event) or b"{}")
+    except orjson.JSONDecodeError:
+        return {}
+    return payload if isinstance(payload, dict) else {}
 
 
 def error_body(error: GatewayError) -> bytes:
@@ -151,6 +153,7 @@ class ResponseEvents:
         self.calls: dict[int, int] = {}  # chat tool call index → its item's output index
         self.finish: str | None = None
         self.usage: Json | None = None
+        self.passed: bytes | None = None  # the last event an upstream that speaks Responses sent as it was
 
     def write(self, data: bytes) -> bytes:
         out: list[bytes] = []
@@ -170,11 +173,7 @@ class ResponseEvents:
             return
         name = event_name(raw)
         if name is not None:  # already a Responses event (a stream passed through)
-            self.started = True
-            if name in (b"response.completed", b"response.incomplete", b"response.failed", b"error"):
-                self.ended = True
-                if name != b"response.failed" and name != b"error":
-                    self.draft.kept(_response_of(raw))
+            self._passed(name, raw)
             out.append(raw + b"\n\n")
             return
         payload = data_field(raw) or b""
@@ -203,6 +202,18 @@ class ResponseEvents:
                 self._delta(choice.get("delta") or {}, out)
                 if choice.get("finish_reason"):
                     self.finish = choice["finish_reason"]
+
+    def _passed(self, name: bytes, raw: bytes) -> None:
+        """An upstream's own event: its end is the stream's, and a failure the gateway adds after it goes on
+        from its sequence number, under its response's id."""
+        self.started = True
+        self.passed = raw
+        if name == b"response.created" and isinstance(response := _payload(raw).get("response"), dict):
+            self.draft.id = str(response.get("id") or self.draft.id)
+        elif name in (b"response.completed", b"response.incomplete", b"response.failed", b"error"):
+            self.ended = True
+            if name in (b"response.completed", b"response.incomplete"):
+                self.draft.kept(_payload(raw).get("response"))
 
     def _start(self, out: list[bytes]) -> None:
         if self.started:
@@ -242,12 +253,16 @@ class ResponseEvents:
                        out)
             self.calls[number] = len(self.output) - 1
         arguments = function.get("arguments")
-        if isinstance(arguments, str) and arguments and self.calls[number] == len(self.output) - 1:
+        if not isinstance(arguments, str) or not arguments:
+            return
+        at = self.calls[number]
+        item = self.output[at]
+        if at == len(self.output) - 1:
             self.text.append(arguments)
-            item = self.output[-1]
-            self._emit(out, "response.function_call_arguments.delta", {"item_id": item["id"],
-                                                                       "output_index": len(self.output) - 1,
-                                                                       "delta": arguments})
+        else:  # an earlier call's, interleaved (some servers stream parallel calls so): its item grows still
+            item["arguments"] += arguments
+        self._emit(out, "response.function_call_arguments.delta", {"item_id": item["id"], "output_index": at,
+                                                                   "delta": arguments})
 
     def _at(self) -> Json:
         return {"item_id": self.output[-1]["id"], "output_index": len(self.output) - 1, "content_index": 0}
@@ -294,8 +309,11 @@ class ResponseEvents:
     def _fail(self, error: Any, out: list[bytes]) -> None:
         """The stream failed: the error event, then response.failed; nothing after."""
         details = error if isinstance(error, dict) else {"message": str(error)}
-        code = details.get("code") or details.get("type") or "upstream_error"
+        code = str(details.get("code") or details.get("type") or "upstream_error")
         message = str(details.get("message") or "the upstream failed")
+        if self.passed is not None:  # after the upstream's own events: numbered on from its last
+            number = _payload(self.passed).get("sequence_number")
+            self.sequence = number + 1 if isinstance(number, int) else self.sequence
         self._start(out)
         self._emit(out, "error", {"code": code, "message": message, "param": details.get("param")})
         self._emit(out, "response.failed", {"response": self.draft.response(

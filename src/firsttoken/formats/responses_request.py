@@ -4,6 +4,10 @@ The conversation is the previous response's items (when `previous_response_id` c
 kept) followed by this request's `input`; `instructions` lead it as a system message (a previous
 response's instructions are not carried over, as the API does).
 
+A part or item that a chat upstream cannot take at all (a file or an image by `file_id`, an
+`item_reference`) does not refuse the request: an upstream that speaks Responses takes it as it came. It is
+left out of the chat form and recorded (`skipped`); only a chat target refuses it (ChatRequest.build).
+
 What a chat upstream cannot do is decided here, once:
 - Only `function` tools have a definition a chat model can call. Hosted tools (`web_search`,
   `file_search`, `code_interpreter`, `image_generation`, `mcp`, `computer_use_preview`) run inside
@@ -19,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from firsttoken.errors import bad_request
+from firsttoken.errors import GatewayError, bad_request
 from firsttoken.server.validate import model_name
 
 Json = dict[str, Any]
@@ -63,15 +67,15 @@ def input_items(body: Json) -> list[Json]:
     return list(value)
 
 
-def chat_request(body: Json, items: list[Json]) -> Json:
+def chat_request(body: Json, items: list[Json], skipped: list[GatewayError]) -> Json:
     """The chat completion body that asks what this (checked) Responses request asks, over `items`: the
-    whole conversation."""
+    whole conversation; why each part left out of it could not be carried goes into `skipped`."""
     messages: list[Json] = []
     instructions = body.get("instructions")
     if isinstance(instructions, str) and instructions:
         messages.append({"role": "system", "content": instructions})
     for i, item in enumerate(items):
-        _add_item(messages, item, f"input[{i}]")
+        _add_item(messages, item, f"input[{i}]", skipped)
     limit = body.get("max_output_tokens")
     out: Json = {"model": body["model"], "messages": messages,
                  "max_tokens": limit if limit is not None else DEFAULT_MAX_OUTPUT}
@@ -93,14 +97,14 @@ def chat_request(body: Json, items: list[Json]) -> Json:
     return out
 
 
-def _add_item(messages: list[Json], item: Json, where: str) -> None:
+def _add_item(messages: list[Json], item: Json, where: str, skipped: list[GatewayError]) -> None:
     kind = item.get("type", "message")
     if kind == "message":
         role = item.get("role")
-        if role not in _ROLES:
+        if not isinstance(role, str) or role not in _ROLES:
             raise bad_request(f"'{where}.role' must be one of user, assistant, system, developer; got {role!r}.",
                               param=f"{where}.role", code="invalid_value")
-        content = _content(item.get("content"), f"{where}.content")
+        content = _content(item.get("content"), f"{where}.content", skipped)
         if role == "assistant" and not isinstance(content, str):
             content = "".join(part.get("text", "") for part in content)
         messages.append({"role": role, "content": content})
@@ -110,8 +114,8 @@ def _add_item(messages: list[Json], item: Json, where: str) -> None:
         call = {"id": item["call_id"], "type": "function",
                 "function": {"name": item["name"], "arguments": str(item.get("arguments") or "")}}
         last = messages[-1] if messages else None
-        if last is not None and last["role"] == "assistant" and last.get("tool_calls") is not None:
-            last["tool_calls"].append(call)  # parallel calls: one assistant turn
+        if last is not None and last["role"] == "assistant":  # the text before it, or parallel calls: one turn
+            last.setdefault("tool_calls", []).append(call)
         else:
             messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
     elif kind == "function_call_output":
@@ -123,12 +127,13 @@ def _add_item(messages: list[Json], item: Json, where: str) -> None:
         messages.append({"role": "tool", "tool_call_id": item["call_id"],
                          "content": output if isinstance(output, str) else orjson.dumps(output).decode()})
     elif kind == "item_reference":
-        raise bad_request(f"'{where}': item references are not supported by this gateway; send the item itself, "
-                          f"or continue with 'previous_response_id'.", param=where, code="unsupported_value")
+        skipped.append(bad_request(f"'{where}': item references can be sent only to an upstream that speaks "
+                                   f"Responses; send the item itself, or continue with 'previous_response_id'.",
+                                   param=where, code="unsupported_value"))
     # reasoning and hosted tools' calls: see the module's docstring
 
 
-def _content(content: Any, where: str) -> str | list[Json]:
+def _content(content: Any, where: str, skipped: list[GatewayError]) -> str | list[Json]:
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
@@ -149,9 +154,9 @@ def _content(content: Any, where: str) -> str | list[Json]:
             parts.append({"type": "file", "file": {"filename": str(part.get("filename") or "file"),
                                                    "file_data": part["file_data"]}})
         else:
-            raise bad_request(f"'{at}' of type {kind!r} cannot be sent to this model's upstream; use input_text, "
-                              f"input_image with an image_url, or input_file with file_data.", param=at,
-                              code="invalid_value")
+            skipped.append(bad_request(f"'{at}' of type {kind!r} cannot be sent to this model's upstream; use "
+                                       f"input_text, input_image with an image_url, or input_file with file_data.",
+                                       param=at, code="invalid_value"))
     if all(part["type"] == "text" for part in parts):
         return "".join(part["text"] for part in parts)
     return parts
@@ -160,6 +165,7 @@ def _content(content: Any, where: str) -> str | list[Json]:
 def _tools(out: Json, body: Json) -> None:
     tools = body.get("tools")
     if tools is None:
+        out.pop("parallel_tool_calls", None)  # chat upstreams refuse it without tools
         return
     if not isinstance(tools, list):
         raise bad_request("'tools' must be a list of tools.", param="tools", code="invalid_type")

@@ -20,6 +20,7 @@ from firsttoken.cache.entry import Kind
 from firsttoken.cache.flight import Flight, Flights
 from firsttoken.cache.outcome import CacheOutcome
 from firsttoken.config import Streaming
+from firsttoken.errors import GatewayError
 from firsttoken.formats.chat import CHAT
 from firsttoken.formats.client import ClientFormat
 from firsttoken.journey.timeline import Timeline
@@ -53,11 +54,14 @@ class ChatRequest:
     format: ClientFormat
     native: dict[str, Any]  # as an upstream that speaks the client's format is sent it
     keyed: dict[str, Any]  # what shapes its answer (the exact cache key's)
+    untranslatable: GatewayError | None  # why a chat upstream cannot take it (Parsed.untranslatable)
 
     def build(self, link: UpstreamLink, target: Target) -> UpstreamRequest:
         """The request as `target`'s upstream takes it: the client's own, when the upstream speaks its format."""
         if link.adapter.speaks(self.format.name):
             return link.adapter.native(self.native, target.model, self.stream, self.scope["headers"])
+        if self.untranslatable is not None:
+            raise self.untranslatable
         return link.adapter.chat(self.body, target.model, self.stream)
 
     def whole_answer(self, link: UpstreamLink, data: bytes) -> bytes:
@@ -87,7 +91,10 @@ class ChatCompletions:
         body, model, stream = parsed.chat, parsed.model, parsed.stream
         timeline.model, timeline.stream, timeline.api = model, stream, self.format.name
         request = ChatRequest(scope, receive, body, model, stream, await self._targets(scope, body, model, base),
-                              self.format, parsed.native, parsed.keyed)
+                              self.format, parsed.native, parsed.keyed, parsed.untranslatable)
+        if parsed.untranslatable is not None and not any(
+                self.egress.upstreams[t.upstream].adapter.speaks(self.format.name) for t in request.targets):
+            raise parsed.untranslatable  # no target could take it: say so before anything else
         reply = Reply(send, base, timeline, self.egress.alarms, self.streaming, client_wants_usage(body),
                       parsed.answering)
         charge = await self.admission.admit(scope, timeline, body, stream)

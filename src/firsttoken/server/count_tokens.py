@@ -8,6 +8,9 @@ says so in `x-firsttoken-count: estimated`.
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 import orjson
 
 from firsttoken.config import Streaming
@@ -41,20 +44,30 @@ class CountTokens:
         timeline.model = validate.model_name(body)
         counted = {**body, "max_tokens": 1}  # count_tokens takes no max_tokens; the checks want one
         messages_request.check(counted)
-        chat = messages_request.chat_request(counted)
+        chat = messages_request.chat_request(counted, [])  # only estimated from: what it cannot carry is left out
         reply = Reply(send, base, timeline, self.egress.alarms, self.streaming, answering=MESSAGES)
         upstreams = self.egress.upstreams
         targets = [t for t in self.resolver.resolve(timeline.model)
                    if upstreams[t.upstream].adapter.speaks(MESSAGES.name)]
-        if not targets:
-            estimate = estimate_tokens({**chat, "max_tokens": 0})
-            await reply.whole(200, b"", [ESTIMATED], native=orjson.dumps({"input_tokens": estimate}))
-            return
-        headers = scope["headers"]
-        await until_disconnect(receive, forward_whole(
-            self.egress, reply, self.egress.router.order(timeline.model, targets, False),
-            lambda link, target: link.adapter.count_tokens(body, target.model, headers), _counted),
-            self.egress.alarms)
+        charge = await self.admission.admit(scope, timeline, {**chat, "max_tokens": 0}, False)
+        try:
+            if not targets:
+                await reply.whole(200, b"", [ESTIMATED], native=orjson.dumps({"input_tokens": _estimate(chat)}))
+                return
+            headers = scope["headers"]
+            await until_disconnect(receive, forward_whole(
+                self.egress, reply, self.egress.router.order(timeline.model, targets, False),
+                lambda link, target: link.adapter.count_tokens(body, target.model, headers), _counted),
+                self.egress.alarms)
+        finally:
+            await self.admission.settle(charge, timeline)
+
+
+def _estimate(chat: dict[str, Any]) -> int:
+    """The messages' tokens and the tools' definitions' (often most of an agent's prompt), four characters
+    a token."""
+    tools = chat.get("tools")
+    return estimate_tokens({**chat, "max_tokens": 0}) + (math.ceil(len(orjson.dumps(tools)) / 4) if tools else 0)
 
 
 def _counted(link: UpstreamLink, data: bytes) -> bytes:

@@ -56,7 +56,7 @@ class AnthropicAdapter(Adapter):
         for name, value in client_headers:
             if name in _CLIENT_HEADERS:
                 headers[_CLIENT_HEADERS[name]] = value.decode("latin-1")
-        payload = {**body, "model": model}
+        payload = {**body, "model": model, "messages": _signed_only(body.get("messages"))}
         return UpstreamRequest(f"{self.settings.url}/messages", headers, orjson.dumps(payload), native=True)
 
     def count_tokens(self, body: Json, model: str, client_headers: Sequence[tuple[bytes, bytes]]) -> UpstreamRequest:
@@ -83,6 +83,25 @@ class AnthropicAdapter(Adapter):
 
     def probe(self) -> tuple[str, dict[str, str]]:
         return f"{self.settings.url}/models", self._auth
+
+
+def _signed_only(messages: Any) -> Any:
+    """The conversation without thinking blocks that carry no signature: the gateway's own, from an answer
+    it translated or replayed (formats/messages_answer.py). Anthropic refuses them; it takes the turn
+    without them."""
+    if not isinstance(messages, list):
+        return messages
+    out = []
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list) and any(_unsigned(block) for block in content):
+            message = {**message, "content": [block for block in content if not _unsigned(block)]}
+        out.append(message)
+    return out
+
+
+def _unsigned(block: Any) -> bool:
+    return isinstance(block, dict) and block.get("type") == "thinking" and not block.get("signature")
 
 
 # --- requests: OpenAI chat completion → Anthropic Messages ----------------------------------------
