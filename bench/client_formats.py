@@ -14,6 +14,7 @@ benchmark, run by hand; CI never runs it.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import platform
@@ -53,6 +54,8 @@ def answers_correctly(base: str, api: str, model: str, stream: bool) -> str | No
             text = reply.read().decode()
     except urllib.error.HTTPError as error:
         return f"HTTP {error.code}: {error.read()[:200].decode(errors='replace')}"
+    except (http.client.HTTPException, OSError) as error:  # a stream cut short
+        return f"{type(error).__name__}: {error}"
     compact = text.replace(": ", ":")
     if EXPECTED[(api, stream)] not in compact or ("Hello" not in text and "hello" not in text.lower()):
         return f"unexpected answer: {text[:200]!r}"
@@ -108,7 +111,8 @@ def report(results: dict[tuple[str, str, str], wrk.WrkResult | str]) -> str:
         if isinstance(r, str):
             lines.append(f"| {gateway} | {api} | {mode} | {c} | not answered correctly | | |")
         else:
-            lines.append(f"| {gateway} | {api} | {mode} | {c} | {r.requests_per_s:,.0f} | {r.p50_ms:.3f} | {r.errors} |")
+            lines.append(f"| {gateway} | {api} | {mode} | {c} | {r.requests_per_s:,.0f} | {r.p50_ms:.3f} | "
+                         f"{r.errors} |")
     lines += ["", "| ratio | mode | c | value |", "|---|---|---|---|"]
     for (gateway, api, key), r in results.items():
         chat = results.get((gateway, "chat", key))

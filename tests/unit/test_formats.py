@@ -4,6 +4,7 @@ as chat chunks, and the store that keeps responses."""
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -300,3 +301,23 @@ def test_interleaved_tool_call_arguments_all_reach_their_calls() -> None:
     writer = ResponseEvents(Draft({"model": "m"}, None))
     final = events(b"".join(writer.write(piece) for piece in interleaved))[-1][1]["response"]
     assert [(item["call_id"], item["arguments"]) for item in final["output"]] == [("a", '{"x": 1}'), ("b", "{}")]
+
+
+def test_a_response_that_cannot_be_kept_is_still_answered(caplog: pytest.LogCaptureFixture) -> None:
+    def broken(response_id: str, output: list) -> None:
+        raise OSError("disk full")
+
+    writer = ResponseEvents(Draft({"model": "m"}, broken))
+    seen = events(writer.write(chunk({"content": "Hi"}) + chunk({}, "stop") + DONE))
+    assert seen[-1][0] == "response.completed" and "could not keep response" in caplog.text
+
+
+def test_a_store_from_before_parents_gains_the_column(tmp_path: Path) -> None:
+    old = sqlite3.connect(tmp_path / "old.db")
+    old.execute("CREATE TABLE responses (id TEXT PRIMARY KEY, tenant TEXT NOT NULL, created REAL NOT NULL, "
+                "items BLOB NOT NULL)")
+    old.close()
+    store = ResponseStore(tmp_path / "old.db", 100, 3600)
+    store.put("a", "resp_1", [{"n": 1}])
+    store.put("a", "resp_2", [{"n": 2}], parent="resp_1")
+    assert store.get("a", "resp_2") == [{"n": 1}, {"n": 2}]

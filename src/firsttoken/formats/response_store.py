@@ -51,6 +51,9 @@ class ResponseStore:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.executescript(_SCHEMA)
+        columns = {column for _, column, *_ in self.db.execute("PRAGMA table_info(responses)")}
+        if "parent" not in columns:  # a file from before responses were kept a turn a row
+            self.db.execute("ALTER TABLE responses ADD COLUMN parent TEXT")
         self.max_responses = max_responses
         self.max_age_s = max_age_s
         self._writes = 0

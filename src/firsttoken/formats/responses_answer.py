@@ -12,6 +12,7 @@ event carries its `sequence_number`.
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from firsttoken.errors import GatewayError
 from firsttoken.sse import data_field, event_name
 
 Json = dict[str, Any]
+log = logging.getLogger("firsttoken.responses")
 
 _DONE = b"[DONE]"
 _ECHOED = ("instructions", "max_output_tokens", "parallel_tool_calls", "previous_response_id", "temperature",
@@ -64,16 +66,23 @@ class Draft:
 
     def kept(self, response: Any) -> None:
         """An upstream's own complete response (one that speaks Responses), kept under its id."""
-        if (self.keep is not None and isinstance(response, dict)
-                and response.get("status") in ("completed", "incomplete")
+        if (isinstance(response, dict) and response.get("status") in ("completed", "incomplete")
                 and isinstance(response.get("id"), str) and isinstance(response.get("output"), list)):
-            self.keep(response["id"], response["output"])
+            self._keep(response["id"], response["output"])
 
     def finished(self, status: str, output: list[Json], usage: Json | None) -> Json:
         """The complete response; kept, when it may be, for a later `previous_response_id`."""
-        if self.keep is not None and status in ("completed", "incomplete"):
-            self.keep(self.id, output)
+        if status in ("completed", "incomplete"):
+            self._keep(self.id, output)
         return self.response(status, output, usage)
+
+    def _keep(self, response_id: str, output: list[Json]) -> None:
+        if self.keep is None:
+            return
+        try:
+            self.keep(response_id, output)
+        except Exception:  # the answer reaches its client all the same; only continuing it will not work
+            log.exception("could not keep response %s", response_id)
 
     def whole(self, answer: bytes) -> bytes:
         completion = orjson.loads(answer)
