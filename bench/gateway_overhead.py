@@ -151,16 +151,19 @@ def floor_proxy(upstream: int) -> Iterator[str]:
 
 
 @contextmanager
-def litellm(upstream: int) -> Iterator[str]:
+def litellm(upstream: int, provider: str = "openai") -> Iterator[str]:
+    """LiteLLM's proxy in front of the bench upstream; `provider`: LiteLLM's name for what the upstream is.
+    For `openai` (and `hosted_vllm`) LiteLLM's Messages and Responses routes call the upstream's own
+    /responses; for `together_ai` they translate to chat completions, as the bench upstream needs."""
     port = fixtures.free_port()
     config = WORK / "litellm.yaml"
     base = f"http://127.0.0.1:{upstream}"
     config.write_text(yaml.safe_dump({
         "model_list": [
-            {"model_name": "bench", "litellm_params": {"model": "openai/bench", "api_base": f"{base}/json/v1",
+            {"model_name": "bench", "litellm_params": {"model": f"{provider}/bench", "api_base": f"{base}/json/v1",
                                                        "api_key": "sk-bench"}},
-            {"model_name": "bench-sse", "litellm_params": {"model": "openai/bench", "api_base": f"{base}/sse/v1",
-                                                           "api_key": "sk-bench"}},
+            {"model_name": "bench-sse", "litellm_params": {"model": f"{provider}/bench",
+                                                           "api_base": f"{base}/sse/v1", "api_key": "sk-bench"}},
         ],
         "litellm_settings": {"drop_params": True},
         "general_settings": {"master_key": CLIENT_KEY},
