@@ -1,7 +1,8 @@
-"""The agents developers use, pointed at `firsttoken serve` with nothing configured (the offline region
-behind it), each completing a task that calls one of its tools: Claude Code headless over Messages, Codex
-CLI over Responses, and an OpenAI Agents SDK agent over Responses. `npm install` (package.json) installs
-the two CLIs; nothing is downloaded when they run."""
+"""The agents and SDKs developers use, pointed at `firsttoken serve` with nothing configured (the offline
+region behind it), each completing a task that calls one of its tools: Claude Code headless over Messages,
+Codex CLI over Responses, an OpenAI Agents SDK agent over Responses, and the anthropic and openai SDKs'
+own tool round trips. `npm install` (package.json) installs the two CLIs; nothing is downloaded when they
+run."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import anthropic
 import httpx
+import openai
 import pytest
 from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
 from openai import AsyncOpenAI
@@ -110,3 +113,23 @@ def test_an_agents_sdk_agent_runs_its_tool_loop_through_the_gateway(gateway: Gat
     assert result.final_output
     assert [item.type for item in result.new_items] == ["tool_call_item", "tool_call_output_item",
                                                          "message_output_item"]
+
+
+def test_the_sdks_tool_round_trips(gateway: GatewayProcess) -> None:
+    weather = {"name": "get_weather", "description": "The weather in a city.",
+               "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+    claude = anthropic.Anthropic(base_url=gateway.url, api_key="placeholder", max_retries=0)
+    question = [{"role": "user", "content": "Get weather for Lagos."}]
+    asked = claude.messages.create(model=MODEL, max_tokens=300, tools=[weather], messages=question)
+    [use] = [block for block in asked.content if block.type == "tool_use"]
+    answered = claude.messages.create(model=MODEL, max_tokens=100, tools=[weather], messages=[
+        *question, {"role": "assistant", "content": asked.content},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "31 °C"}]}])
+    assert asked.stop_reason == "tool_use" and answered.content[0].text
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="placeholder", max_retries=0)
+    tool = {"type": "function", "name": "get_weather", "parameters": weather["input_schema"]}
+    first = client.responses.create(model=MODEL, input="Get weather for Lagos.", tools=[tool])
+    [call] = [item for item in first.output if item.type == "function_call"]
+    second = client.responses.create(model=MODEL, previous_response_id=first.id, tools=[tool], input=[
+        {"type": "function_call_output", "call_id": call.call_id, "output": "31 °C"}])
+    assert second.output_text
