@@ -165,3 +165,12 @@ def test_what_a_chat_upstream_cannot_take_is_refused_only_there(client: anthropi
     with pytest.raises(anthropic.BadRequestError) as refused:
         client.messages.create(model=TRANSLATED, max_tokens=20, messages=history)
     assert "source" in refused.value.message
+
+
+def test_anthropics_sdk_lists_and_retrieves_models_in_its_shape(client: anthropic.Anthropic) -> None:
+    listed = client.models.list()
+    assert TRANSLATED in [model.id for model in listed.data] and listed.data[0].type == "model"
+    assert client.models.retrieve(NATIVE).display_name == NATIVE
+    with pytest.raises(anthropic.NotFoundError) as missing:
+        client.models.retrieve("no-such-model")
+    assert missing.value.body["error"]["type"] == "not_found_error"

@@ -39,7 +39,7 @@ from firsttoken.routing.sizing import TaskRouter
 from firsttoken.routing.targets import TargetResolver
 from firsttoken.server.admission import Admission
 from firsttoken.server.auth import ClientKeys
-from firsttoken.server.catalog import Catalog
+from firsttoken.server.catalog import Catalog, speaks_anthropic
 from firsttoken.server.chat import ChatCompletions
 from firsttoken.server.cors import Cors, is_preflight
 from firsttoken.server.count_tokens import CountTokens
@@ -250,7 +250,10 @@ class Gateway:
 
 
     def _error_format(self, scope: Scope) -> ClientFormat:
-        return self.error_formats.get(scope["path"], CHAT)
+        path = scope["path"]
+        if path.startswith(("/v1/models", "/models")) and speaks_anthropic(scope):
+            return MESSAGES
+        return self.error_formats.get(path, CHAT)
 
 
 def _journey_log(settings: Settings) -> JourneyLog | None:

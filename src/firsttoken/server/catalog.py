@@ -15,7 +15,7 @@ from firsttoken.server import validate
 from firsttoken.server.admission import Admission
 from firsttoken.server.disconnect import until_disconnect
 from firsttoken.server.egress import Egress
-from firsttoken.server.http import Headers, Receive, Scope, Send, response_headers, send_json
+from firsttoken.server.http import Headers, Receive, Scope, Send, header, response_headers, send_json
 from firsttoken.server.reply import Reply
 from firsttoken.server.whole import forward_whole
 
@@ -46,7 +46,14 @@ class Catalog:
 
     async def models(self, scope: Scope, receive: Receive, send: Send, base: Headers, timeline: Timeline) -> None:
         self.admission.keys.tenant(scope)
-        await send_json(send, 200, {"object": "list", "data": self._entries()}, response_headers(base, timeline))
+        entries = self._entries()
+        if speaks_anthropic(scope):  # Anthropic's SDKs list models in Anthropic's shape
+            data = [anthropic_model(entry) for entry in entries]
+            listed = {"data": data, "has_more": False, "first_id": data[0]["id"] if data else None,
+                      "last_id": data[-1]["id"] if data else None}
+            await send_json(send, 200, listed, response_headers(base, timeline))
+            return
+        await send_json(send, 200, {"object": "list", "data": entries}, response_headers(base, timeline))
 
     async def model(self, scope: Scope, receive: Receive, send: Send, base: Headers, timeline: Timeline) -> None:
         """One model by its id: a listed name, or an `upstream/model` the gateway would route; 404 otherwise."""
@@ -58,7 +65,8 @@ class Catalog:
         if entry is None:
             raise not_found(f"The model {name!r} is not listed here; GET /v1/models lists the names to ask for.",
                             param="model", code="model_not_found")
-        await send_json(send, 200, entry, response_headers(base, timeline))
+        await send_json(send, 200, anthropic_model(entry) if speaks_anthropic(scope) else entry,
+                        response_headers(base, timeline))
 
     def _entries(self) -> list[dict[str, Any]]:
         """Aliases, then bare names (each model an upstream lists, routed to every upstream that lists it),
@@ -82,3 +90,15 @@ class Catalog:
         if self.simulated is not None and any(t.upstream == SIM_UPSTREAM for t in targets):
             entry["description"] = self.simulated  # say plainly which answers come from a simulation
         return entry
+
+
+def speaks_anthropic(scope: Scope) -> bool:
+    """A request from an Anthropic SDK (they all send anthropic-version): it reads Anthropic's shapes."""
+    return header(scope, b"anthropic-version") is not None
+
+
+def anthropic_model(entry: dict[str, Any]) -> dict[str, Any]:
+    """A model as Anthropic's API describes one, with what firsttoken says of it besides."""
+    extra = {key: value for key, value in entry.items() if key in ("targets", "description", "owned_by")}
+    return {"type": "model", "id": entry["id"], "display_name": entry["id"], "created_at": "1970-01-01T00:00:00Z",
+            **extra}
