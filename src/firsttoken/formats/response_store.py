@@ -5,8 +5,10 @@ response: a long one costs a row per turn, not the whole conversation again with
 asking for an id is told it does not exist, as is anyone after the response, or one it continued, expired
 or was pushed out by newer ones.
 
-Reads and writes are on the event loop: one indexed row each, tens of microseconds on a local file in WAL
-mode (the journey log, which writes in batches, is the one that needs a thread).
+Reads and writes are on the event loop, a row at a time: tens of microseconds each on a local file in WAL
+mode. A response is in the file before its client sees it complete, so that the next turn finds it
+whichever worker process it reaches; batching the writes would break that (docs/benchmarks.md, "Three
+client formats").
 """
 
 from __future__ import annotations
