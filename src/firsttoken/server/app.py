@@ -1,5 +1,6 @@
 """The gateway as an ASGI application: the wiring of its parts, its routes and its lifespan. Each route's
-handling lives in its own module: chat completions (server/chat.py), embeddings and models
+handling lives in its own module: chat completions, Messages and Responses (server/chat.py, one Generation
+per client format from formats/), Messages' token counts (server/count_tokens.py), embeddings and models
 (server/catalog.py), the operator's routes (server/ops.py)."""
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from firsttoken.routing.targets import TargetResolver
 from firsttoken.server.admission import Admission
 from firsttoken.server.auth import ClientKeys
 from firsttoken.server.catalog import Catalog, speaks_anthropic
-from firsttoken.server.chat import ChatCompletions
+from firsttoken.server.chat import Generation
 from firsttoken.server.cors import Cors, is_preflight
 from firsttoken.server.count_tokens import CountTokens
 from firsttoken.server.egress import Egress
@@ -99,12 +100,12 @@ class Gateway:
         admission = Admission(keys, self.client_limits, settings.limits, journeys, self.alarms)
         egress = Egress(upstreams, self.alarms, router)
         resolver = TargetResolver(settings, upstreams.listed_models)
-        chat = ChatCompletions(admission, egress, resolver, self.task_router, self.cache, credentials,
+        chat = Generation(admission, egress, resolver, self.task_router, self.cache, credentials,
                                settings.streaming)
-        messages = ChatCompletions(admission, egress, resolver, self.task_router, self.cache, credentials,
+        messages = Generation(admission, egress, resolver, self.task_router, self.cache, credentials,
                                    settings.streaming, MESSAGES)
         self.response_store = _response_store(settings)
-        responses = ChatCompletions(admission, egress, resolver, self.task_router, self.cache, credentials,
+        responses = Generation(admission, egress, resolver, self.task_router, self.cache, credentials,
                                     settings.streaming, ResponsesFormat(self.response_store))
         catalog = Catalog(admission, egress, resolver, settings.streaming,
                           self.embedded.description if self.embedded is not None else None)

@@ -71,7 +71,9 @@ class ChatRequest:
         return link.adapter.chat_response(data)
 
 
-class ChatCompletions:
+class Generation:
+    """One generation route (chat completions, Messages or Responses): the same handling, in its format."""
+
     def __init__(self, admission: Admission, egress: Egress, resolver: TargetResolver, sizing: TaskRouter | None,
                  cache: EdgeCache | None, credentials: Redactor, streaming: Streaming,
                  format: ClientFormat = CHAT) -> None:
