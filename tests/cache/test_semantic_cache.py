@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import time
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -112,3 +113,24 @@ def test_gateways_on_one_redis_share_their_paraphrases(upstream, redis_server, t
         assert state.startswith("semantic-hit")
         with GatewayProcess(shared, tmp_path / "c") as three:  # started after: it reads the stream at start
             assert ask(three, paraphrase)[0].startswith("semantic-hit")
+
+
+def test_messages_paraphrases_hit_and_never_meet_chat_answers(gateway, upstream) -> None:
+    """The semantic cache on /v1/messages: a paraphrase is a hit, in Anthropic's events; the same question
+    asked over chat completions first is no hit for it (formats never share answers)."""
+    system = context()
+    state, _ = ask(gateway, "How long do lentils take to cook?", system=system)
+    assert state == "miss"
+    claude = anthropic.Anthropic(base_url=gateway.url, api_key=CLIENT_KEY, max_retries=0)
+
+    def ask_claude(question: str) -> tuple[str, str]:
+        raw = claude.messages.with_raw_response.create(model="chat", max_tokens=50, system=system, stream=True,
+                                                       messages=[{"role": "user", "content": question}])
+        text = "".join(e.delta.text for e in raw.parse() if e.type == "content_block_delta")
+        return raw.headers["x-firsttoken-cache"], text
+
+    state, first = ask_claude("How long do lentils take to cook?")
+    assert state == "miss" and first == "echo: How long do lentils take to cook?"
+    before = upstream.stats.chats
+    state, again = ask_claude("How much time do lentils need to cook?")
+    assert state.startswith("semantic-hit") and again == first and upstream.stats.chats == before
