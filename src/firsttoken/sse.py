@@ -12,6 +12,7 @@ import orjson
 
 DONE = b"data: [DONE]\n\n"
 HEARTBEAT = b": keep-alive\n\n"
+CLOSING = b": server-timing"  # how the comment that ends every stream begins (Timeline.closing_comment)
 
 
 class EventSplitter:

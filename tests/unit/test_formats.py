@@ -50,7 +50,9 @@ def events(data: bytes) -> list[tuple[str, dict[str, Any]]]:
 
 def test_a_chat_stream_as_messages_events() -> None:
     writer = MessagesEvents()
-    seen = events(b"".join(writer.write(piece) for piece in STREAM))
+    written = b"".join(writer.write(piece) for piece in STREAM)
+    assert written.endswith(b'data: {"type":"message_stop"}\n\n: server-timing ttft;dur=1\n\n')  # the timing last
+    seen = events(written)
     assert [name for name, _ in seen] == [
         "message_start",
         "content_block_start", "content_block_delta", "content_block_stop",  # thinking
@@ -219,7 +221,9 @@ def test_a_chat_stream_as_responses_events() -> None:
     kept: list[tuple[str, list]] = []
     draft = Draft({"model": "m", "instructions": "Be brief."}, lambda rid, output: kept.append((rid, output)))
     writer = ResponseEvents(draft)
-    seen = events(b"".join(writer.write(piece) for piece in STREAM))
+    written = b"".join(writer.write(piece) for piece in STREAM)
+    assert written.endswith(b"}}\n\n: server-timing ttft;dur=1\n\n")  # response.completed, then the timing
+    seen = events(written)
     names = [name for name, _ in seen]
     assert names[:2] == ["response.created", "response.in_progress"] and names[-1] == "response.completed"
     assert [data["sequence_number"] for _, data in seen] == list(range(len(seen)))

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from firsttoken.errors import GatewayError
-from firsttoken.sse import data_field, event_name
+from firsttoken.sse import CLOSING, data_field, event_name
 
 Json = dict[str, Any]
 
@@ -113,6 +113,8 @@ class MessagesEvents:
 
     def _event(self, raw: bytes, out: list[bytes]) -> None:
         if raw.startswith(b":"):  # a heartbeat or the closing timing comment: clients skip comments
+            if raw.startswith(CLOSING) and self.stop is not None and not self.ended:
+                self._finish(out)  # the answer's end first: the timing comment closes the stream, as on chat
             out.append(raw + b"\n\n")
             return
         name = event_name(raw)

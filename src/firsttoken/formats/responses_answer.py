@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 
 from firsttoken.errors import GatewayError
-from firsttoken.sse import data_field, event_name
+from firsttoken.sse import CLOSING, data_field, event_name
 
 Json = dict[str, Any]
 log = logging.getLogger("firsttoken.responses")
@@ -178,6 +178,8 @@ class ResponseEvents:
 
     def _event(self, raw: bytes, out: list[bytes]) -> None:
         if raw.startswith(b":"):  # a heartbeat or the closing timing comment: clients skip comments
+            if raw.startswith(CLOSING) and self.finish is not None and not self.ended:
+                self._complete(out)  # the response's end first: the timing comment closes the stream
             out.append(raw + b"\n\n")
             return
         name = event_name(raw)
