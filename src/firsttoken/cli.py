@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import importlib.util
 import logging
 import os
 import sys
@@ -353,11 +352,7 @@ def _banner(settings: Settings, workers: int) -> None:
         where = {"sqlite": cache.path, "memory": "memory",
                  "redis": f"Redis at {redacted(cache.url or '')}"}[cache.backend]
         scope = "shared by all client keys" if cache.shared else "one per client key"
-        semantic = ""
-        if cache.semantic:
-            installed = all(importlib.util.find_spec(m) is not None for m in ("usearch", "text_to_num"))
-            semantic = (f"; paraphrases too (similarity ≥ {cache.similarity}, {cache.embedding})" if installed else
-                        "; paraphrases off: pip install 'firsttoken[semantic]'")
+        semantic = f"; paraphrases too (similarity ≥ {cache.similarity}, {cache.embedding})" if cache.semantic else ""
         err.print(f"  cache: exact, in {where}, {scope}, TTL {cache.ttl} s{semantic}", markup=False, soft_wrap=True)
 
 

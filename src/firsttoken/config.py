@@ -147,10 +147,12 @@ class Cache(_Strict):
     backend: Literal["sqlite", "redis", "memory", "none"] = "sqlite"
     path: str = "firsttoken-cache.db"
     url: str | None = None
-    semantic: bool = Field(True, description="also answer paraphrases (needs firsttoken[semantic])")
+    semantic: bool = Field(True, description="also answer paraphrases (a local embedding model, on ONNX Runtime)")
     similarity: float = Field(0.85, gt=0, le=1, description="the least cosine similarity of a semantic hit")
-    embedding: str = Field("all-MiniLM-L6-v2", description="the local embedding model, or a model directory")
-    embedding_runtime: Literal["onnx", "torch"] = Field("onnx", description="what computes the embeddings")
+    embedding: str = Field("all-MiniLM-L6-v2", description="the local embedding model, or a directory with "
+                                                           "model.onnx and tokenizer.json")
+    semantic_wait_ms: float = Field(15, ge=0, description="the longest a lookup waits for the embedding model; "
+                                                          "one that would wait longer is skipped (a miss)")
     max_prompts: int = Field(100_000, ge=1, description="prompts the semantic index keeps; the oldest go first")
     ttl: int = Field(86400, ge=0, description="seconds an answer is kept")
     max_bytes: int = Field(256 * 1024 * 1024, ge=1024, description="answers kept in all; the oldest go first")
@@ -230,7 +232,7 @@ class TaskSizing(_Strict):
                                        description="kind of task → tier; kinds not listed go to the default tier")
     default: str = Field(description="the tier for kinds not listed, and for requests that opt out")
     neighbours: bool = Field(True, description="when rules do not tell, ask the nearest labelled examples "
-                                               "(local embeddings; needs firsttoken[semantic])")
+                                               "(local embeddings)")
 
     @model_validator(mode="after")
     def _tiers_known(self) -> TaskSizing:

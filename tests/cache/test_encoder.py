@@ -1,0 +1,76 @@
+"""The embedding worker: concurrent prompts go as one batch, a prompt that would wait too long is skipped
+rather than queued, and a failure reaches every prompt of its batch without stopping the worker."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from firsttoken.cache.embed import load_embedder
+from firsttoken.cache.encoder import FIRST_GUESS_S, Encoder
+
+QUESTIONS = [f"How do I cook {food}?" for food in ("beans", "rice", "yam", "plantain", "okra", "millet")]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return load_embedder()
+
+
+class Recording:
+    """The real model, with the batches it was given written down."""
+
+    def __init__(self, model, fail: bool = False) -> None:
+        self.model, self.fail, self.batches = model, fail, []
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        self.batches.append(list(texts))
+        if self.fail:
+            raise RuntimeError("the model broke")
+        return self.model.embed(texts)
+
+
+async def test_prompts_that_arrive_while_it_computes_go_as_one_batch(model) -> None:
+    recording = Recording(model)
+    encoder = Encoder(recording, max_wait_s=10)
+    vectors = await asyncio.gather(*(encoder.encode(q) for q in QUESTIONS))
+    assert recording.batches == [QUESTIONS[:1], QUESTIONS[1:]]  # the first went alone; the rest waited together
+    assert encoder.batches == 2 and encoder.encoded == len(QUESTIONS)
+    for question, vector in zip(QUESTIONS, vectors, strict=True):
+        assert float(vector @ model.embed([question])[0]) > 0.9999
+    encoder.close()
+
+
+async def test_a_prompt_that_would_wait_too_long_is_skipped_at_once(model) -> None:
+    encoder = Encoder(Recording(model), max_wait_s=2.5 * FIRST_GUESS_S)  # room for itself and one before it
+    results = await asyncio.gather(*(encoder.encode(q) for q in QUESTIONS))
+    assert [r is None for r in results] == [False, False] + [True] * (len(QUESTIONS) - 2)
+    assert encoder.skipped == len(QUESTIONS) - 2
+    assert await encoder.encode("and once it is idle again?") is not None
+    encoder.close()
+
+
+async def test_a_failure_reaches_its_batch_and_the_worker_goes_on(model) -> None:
+    recording = Recording(model, fail=True)
+    encoder = Encoder(recording, max_wait_s=10)
+    results = await asyncio.gather(*(encoder.encode(q) for q in QUESTIONS[:3]), return_exceptions=True)
+    assert all(isinstance(r, RuntimeError) for r in results)
+    recording.fail = False
+    assert (await encoder.encode("still there?")).shape == (384,)
+    encoder.close()
+
+
+async def test_a_prompt_whose_request_left_is_not_embedded(model) -> None:
+    recording = Recording(model)
+    encoder = Encoder(recording, max_wait_s=10)
+    first = asyncio.ensure_future(encoder.encode("first"))
+    await asyncio.sleep(0)
+    gone = asyncio.ensure_future(encoder.encode("gone"))
+    kept = asyncio.ensure_future(encoder.encode("kept"))
+    await asyncio.sleep(0)
+    gone.cancel()
+    await asyncio.gather(first, kept)
+    assert recording.batches == [["first"], ["kept"]]
+    encoder.close()
