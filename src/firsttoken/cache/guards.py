@@ -38,8 +38,11 @@ from firsttoken.cache.lexicon import (
     FORMATS,
     FUNCTION,
     LANGUAGES,
+    NEGATING_PREFIXES,
     NEGATORS,
+    PARTICLES,
     QUANTITY_WORDS,
+    SHORT_UNITS,
     SMALL,
     SYMMETRIC,
     UNITS,
@@ -48,10 +51,13 @@ from firsttoken.cache.lexicon import (
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*", re.UNICODE)
 _NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?![\w.]*\d)|(?<![\w.])\.\d+")
 CLOSE_WORDING = 0.6  # Jaccard of word stems from which a flipped word makes a different question
+FLIPPED_SPAN = 3  # words: a flip replaces a word or two ("log in to" / "log out of"), not a clause
+SAME_TOPIC = 0.5  # …and from which a word replaced by its opposite does ("upload" / "download a file")
 # An edit that keeps this share of the longer prompt's words, in order, changes one detail of it.
 SAME_SKELETON = 0.6
 DETAIL_WORDS = 3  # at most this many content words changed on each side
 SAME_FRAME = 0.85  # two words trade places when swapping them back leaves the prompts this alike
+TRADED_FRAME = 0.7  # …and two trade sides of "from" or "to" (the rest of the frame may shift a little)
 # One prompt asks for more than the other when it has this many times its content words, and this many
 # more (chosen on GPTCache's pairs, where no true pair comes near it; see docs/benchmarks.md).
 SAYS_MORE = 1.6
@@ -60,7 +66,10 @@ _INTERJECTION = re.compile(r"(?:^|(?<=[.!?]\s))\s*no\s*[,.!]", re.IGNORECASE)  #
 _OR_NOT = re.compile(r"\bor\s+not\b", re.IGNORECASE)  # "whether … or not", "spam or not spam": no denial
 _SYMBOLS = [(re.compile(r"°\s?C\b"), " celsius"), (re.compile(r"°\s?F\b"), " fahrenheit"),
             (re.compile(r"\$(?=\d)"), " usd "), (re.compile(r"€(?=\d)"), " eur "), (re.compile(r"£(?=\d)"), " gbp "),
-            (re.compile(r"₦(?=\d)"), " ngn ")]
+            (re.compile(r"₦(?=\d)"), " ngn "),
+            # A quantity glued to its unit is two facts: "16GB" is "16 GB", "15kg" is "15 kg".
+            (re.compile(r"(?<=\d)(?=(?:kg|kgs|g|mg|lb|lbs|oz|km|cm|mm|m|mi|ft|ml|l|gb|mb|kb|tb|h|hrs?|min|s)\b)",
+                        re.IGNORECASE), " ")]
 _FORMAT_NAMES = "|".join(sorted((f for f in FORMATS if f not in ("c", "go", "word", "words")), key=len, reverse=True))
 # A format counts when the output is asked for in it ("return it as JSON", "answer in a table", "write a
 # haiku"), not when it is the topic ("a library for working with datasets in Python").
@@ -76,19 +85,30 @@ _TASKS = re.compile(r"(classify|categori[sz]e|label|tag|extract|parse|translate|
                     r"correct|proofread|rewrite|paraphrase|rephrase|count|sort|reverse|spell|transcribe|"
                     r"convert|format|score|rate|grade|fix|find|list)$", re.IGNORECASE)
 _AFTER_HEAD = re.compile(r"^([^:?\n]*)([:?])\s*(.*)$", re.DOTALL)  # the instruction, then what it works on
-_POINTS = re.compile(r"\b(?:this|these|following|below)\s*$", re.IGNORECASE)  # "…is this?", "…the following:"
+# "Which language is this?", "…the following:": the text after it is the payload; so after a short
+# question that points at it ("Is this JSON valid?", "What does this regex match:").
+_POINTS = re.compile(r"\b(?:this|these|following|below)\s*$", re.IGNORECASE)
+_POINTS_WITHIN = re.compile(r"\b(?:this|these|here)\b", re.IGNORECASE)
+_SHORT_HEAD = 6  # words
 _POLITE = frozenset("please kindly can could would will you help me i want need to now pls just".split())
 # Quoted text: a single quote only where no letter touches it from outside (not "don't … doesn't").
 _QUOTED = re.compile(r"```(.*?)```|\"([^\"]{2,})\"|“([^”]{2,})”|(?<!\w)'([^']{2,}?)'(?!\w)|«([^»]{2,})»",
                      re.DOTALL)
+_INLINE_CODE = re.compile(r"(?<![`\w])`([^`\s][^`\n]*?)`(?![`\w])")  # `rm -rf ./build`, `push_to_hub()`
+# Characters that make text code, a pattern or a command: compared as written, not as words.
+_CODE_SYMBOLS = re.compile(r"[\^$\\{}\[\]()<>/|*+=#~&%@;`]|(?:^|\s)-\w")
 # Letters and digits side by side in one token: AB1234, 0x80070005, GPT-4o; not 200-word or 10-year-old.
 _CODE_LIKE = re.compile(r"(?<![\w-])(?=[\w-]{4,})[\w-]*(?:[A-Za-z]\d|\d[A-Za-z])[\w-]*|[\w.+-]+@[\w-]+\.[\w.]+|"
                         r"https?://\S+")
 _VAGUE = re.compile(r"\b(?:dozens|hundreds|thousands|millions|billions)\b", re.IGNORECASE)
 _SPELLED = re.compile(r"(?<![\w-])[a-z]+(?![\w-])")  # whole words, not parts of "zero-copy" or "two-step"
 _LIST_MARKER = re.compile(r"(?:^|(?<=\s))\(?\d{1,2}[.)](?=\s)", re.MULTILINE)  # "1) first… 2. then…"
-_ARTICLE = r"(?:the\s+|a\s+|an\s+)?"
-_FROM_TO = re.compile(rf"\bfrom\s+{_ARTICLE}(\w+)\s+(?:to|into)\s+{_ARTICLE}(\w+)", re.IGNORECASE)
+_ARTICLES = frozenset(("a", "an", "the"))
+# Where something goes or comes from: what stands on either side of one of these has a role ("from Lagos
+# to Nairobi", "a string to an int", "catch a cold from my dog").
+_DIRECTIONAL = frozenset("from to into onto toward towards".split())
+_PRONOUNS = {"me": "i", "us": "we", "him": "he", "them": "they"}  # "from me" and "I catch…" name one role
+_SUBJECTS = frozenset(("i", "we", "he", "she", "they", "you"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,10 +127,11 @@ class Facts:
     mentioned_formats: frozenset[str]  # named anywhere
     entities: frozenset[str]
     codes: frozenset[str]
-    routes: frozenset[tuple[str, str]]
     quoted: tuple[str, ...]
+    inline_code: frozenset[str]
     payload: str | None
     plain: str
+    raw: str  # the text with its spacing made even: where code is looked for as written
     script: str
 
 
@@ -122,7 +143,8 @@ def facts(text: str) -> Facts:
     tokens = _WORD.findall(normal)
     lower = tuple(t.lower() for t in tokens)
     numbers = _numbers(normal)
-    units = tuple(UNITS[w] for w in lower if w in UNITS and (len(w) > 2 or w in ("kg", "lb", "km", "oz")))
+    units = tuple(UNITS[w] for i, w in enumerate(lower) if w in UNITS
+                  and (w not in SHORT_UNITS or w in ("kg", "lb", "km", "oz") or (i and _is_number(lower[i - 1]))))
     # A unit is a fact where it measures something or is converted to another ("what year", "each day": not).
     if not numbers and len(set(units)) < 2:
         units = ()
@@ -139,11 +161,11 @@ def facts(text: str) -> Facts:
         mentioned_formats=frozenset(FORMATS[w] for w in lower if w in FORMATS),
         entities=frozenset(_entities(normal)),
         codes=frozenset(c.lower() for c in _CODE_LIKE.findall(normal)),
-        routes=frozenset((UNITS.get(a.lower(), a.lower()), UNITS.get(b.lower(), b.lower()))
-                         for a, b in _FROM_TO.findall(normal)),
-        quoted=tuple(_plain(next(g for g in m if g)) for m in _QUOTED.findall(normal)),
+        quoted=tuple(_as_written(next(g for g in m if g)) for m in _QUOTED.findall(_INLINE_CODE.sub(" ", normal))),
+        inline_code=frozenset(" ".join(c.split()) for c in _INLINE_CODE.findall(normal)),
         payload=_payload(normal),
         plain=_plain(normal),
+        raw=" ".join(normal.split()),
         script=_script(normal),
     )
 
@@ -157,10 +179,14 @@ def disagreements(asked: str, stored: str) -> list[str]:
     # Negation, opposites and names are judged where the wording is close: there a flipped word is a
     # different question. A paraphrase in other words says "no longer" or "control" instead, and its
     # similarity is the embedding's to judge.
-    close = _overlap(a.stems, b.stems) >= CLOSE_WORDING
+    overlap = _overlap(a.stems, b.stems)
+    close = overlap >= CLOSE_WORDING
     if close and a.negated != b.negated:
         found.append("one is negated and the other is not")
-    if close:
+    opposed = _opposed(a.tokens, b.tokens, particles=close) if overlap >= SAME_TOPIC else None
+    if opposed:
+        found.append(f"opposites: {opposed[0]} / {opposed[1]}")
+    elif close:
         for left, right in ANTONYMS:
             a_left, a_right, b_left, b_right = left in a.words, right in a.words, left in b.words, right in b.words
             if ((a_left and not a_right and b_right and not b_left)
@@ -178,8 +204,9 @@ def disagreements(asked: str, stored: str) -> list[str]:
         found.append(f"one asks for much more: {a.content} content words vs {b.content}")
     if a.units != b.units and (a.units or b.units):
         found.append(f"units or direction differ: {list(a.units)} vs {list(b.units)}")
-    if a.routes != b.routes:
-        found.append("from/to differs")
+    traded = _traded_sides(a.tokens, b.tokens) if close else None
+    if traded:
+        found.append(f"from/to: {traded[1]} and {traded[2]} trade sides of '{traded[0]}'")
     if a.languages != b.languages:
         found.append(f"languages differ: {list(a.languages)} vs {list(b.languages)}")
     # A format asked for on one side must at least be named on the other ("Write a SQL query" / "SQL to…").
@@ -203,9 +230,82 @@ def _text_differs(a: Facts, b: Facts) -> bool:
     if (a.quoted and b.quoted and a.quoted != b.quoted) or (a.payload and b.payload and a.payload != b.payload):
         return True
     for mine, theirs in ((a, b), (b, a)):
-        if any(piece not in theirs.plain for piece in (*mine.quoted, *filter(None, (mine.payload,)))):
+        if any(piece not in theirs.plain and piece not in theirs.raw
+               for piece in (*mine.quoted, *filter(None, (mine.payload,)))):
             return True
+    # Inline code is named in any order, and a paraphrase may leave a name out; a different question has
+    # code on each side that the other lacks (`rm -rf ./build` / `rm -rf /build`).
+    only_a = {c for c in a.inline_code if c not in b.raw}
+    only_b = {c for c in b.inline_code if c not in a.raw}
+    return bool(only_a and only_b)
+
+
+def _opposed(a: tuple[str, ...], b: tuple[str, ...], particles: bool) -> tuple[str, str] | None:
+    """A word that stands where the other prompt has its opposite: "mute" / "unmute", "upload" /
+    "download", and with `particles` (close wording) "turn the wifi on" / "off", "log in to" / "log out
+    of". Read only where the two prompts differ, so "in" and "out" elsewhere in a reworded paraphrase mean
+    nothing."""
+    matcher = difflib.SequenceMatcher(a=a, b=b, autojunk=False)
+    for op, a_start, a_end, b_start, b_end in matcher.get_opcodes():
+        if op != "replace" or a_end - a_start > FLIPPED_SPAN or b_end - b_start > FLIPPED_SPAN:
+            continue  # a clause reworded ("is nonzero" / "is set to a value other than zero") is the embedding's
+        for left in a[a_start:a_end]:
+            for right in b[b_start:b_end]:
+                if _opposites(left, right) and (particles or (left, right) not in _PARTICLE_PAIRS):
+                    return left, right
+    return None
+
+
+@lru_cache(maxsize=8192)
+def _opposites(left: str, right: str) -> bool:
+    if (left, right) in _OPPOSITES:
+        return True
+    for shorter, longer in ((left, right), (right, left)):
+        for prefix, shortest in NEGATING_PREFIXES.items():
+            if len(shorter) >= shortest and longer == prefix + shorter:
+                return True
     return False
+
+
+_PARTICLE_PAIRS = frozenset({*PARTICLES, *((b, a) for a, b in PARTICLES)})
+_OPPOSITES = frozenset({*ANTONYMS, *((b, a) for a, b in ANTONYMS), *_PARTICLE_PAIRS})
+
+
+def _traded_sides(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, str, str] | None:
+    """Two words on opposite sides of a directional word, each on the other side in the other prompt:
+    "from the laptop to the server" / "from the server to the laptop", "a string to an int" / "an int to a
+    string", "can my dog catch a cold from me" / "can I catch a cold from my dog". (The word must occur
+    once in each prompt: in a long sentence with several, "to" is as often an infinitive.)"""
+    for word in _DIRECTIONAL:
+        if a.count(word) != 1 or b.count(word) != 1:
+            continue
+        a_before, a_after = _sides(a, word)
+        b_before, b_after = _sides(b, word)
+        went_after = (a_before & b_after) - a_after - b_before
+        came_before = (a_after & b_before) - a_before - b_after
+        for left in sorted(went_after):
+            for right in sorted(came_before):
+                if _frame_once_swapped(a, b, left, right) >= TRADED_FRAME:
+                    return word, left, right
+    return None
+
+
+def _frame_once_swapped(a: tuple[str, ...], b: tuple[str, ...], left: str, right: str) -> float:
+    """How alike the prompts are once `left` and `right` trade back in `b` (articles aside): a clause
+    restructured around a directional word ("loaded from the column" / "the column, from which…") stays
+    unlike; the same frame with two words traded comes back almost whole."""
+    frame = [_PRONOUNS.get(w, w) for w in a if w not in _ARTICLES]
+    undone = [right if w == left else left if w == right else w
+              for w in (_PRONOUNS.get(t, t) for t in b if t not in _ARTICLES)]
+    return difflib.SequenceMatcher(a=frame, b=undone, autojunk=False).ratio()
+
+
+def _sides(tokens: tuple[str, ...], word: str) -> tuple[set[str], set[str]]:
+    """The content words (and the pronouns, "me" as "i") before and after `word`."""
+    at = tokens.index(word)
+    named = [_PRONOUNS.get(t, t) for t in tokens]
+    keep = {t for t in named if t not in FUNCTION or t in _SUBJECTS}
+    return {t for t in named[:at] if t in keep}, {t for t in named[at + 1:] if t in keep}
 
 
 def _swapped(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, str] | None:
@@ -227,8 +327,9 @@ def _swapped(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, str] | None:
     # Only where the two words trade places in the same frame: a paraphrase that restructures a clause
     # ("the provided link" / "the link provided") also reorders words, but swapping them back does not
     # give the other prompt.
-    undone = tuple(second if w == first else first if w == second else w for w in b)
-    if difflib.SequenceMatcher(a=a, b=undone, autojunk=False).ratio() < SAME_FRAME:
+    undone = tuple(second if w == first else first if w == second else w for w in b if w not in _ARTICLES)
+    frame = tuple(w for w in a if w not in _ARTICLES)  # "a string to an int" / "an int to a string"
+    if difflib.SequenceMatcher(a=frame, b=undone, autojunk=False).ratio() < SAME_FRAME:
         return None
     return first, second
 
@@ -315,17 +416,33 @@ def _entities(text: str) -> list[str]:
 def _payload(text: str) -> str | None:
     """What a prompt works on when it opens with a task ("Classify…", "Please extract…") and gives the
     text after a colon, or points at it ("Which language is this? fn main() {…}"); None otherwise."""
-    match = _AFTER_HEAD.search(_QUOTED.sub(" ", text))  # quoted text is compared on its own
-    if match is None or not _plain(match.group(3)):
+    # The head ends at the first colon or question mark outside quotes (quoted text keeps its length
+    # here, blanked, so that the payload is taken whole from the text).
+    match = _AFTER_HEAD.search(_QUOTED.sub(lambda quoted: " " * len(quoted.group(0)), text))
+    if match is None or not _plain(text[match.start(3):]):
         return None
-    head, mark, tail = match.groups()
-    opening = [w for w in _WORD.findall(head)[:6] if w.lower() not in _POLITE]
-    task = (mark == ":" and opening and _TASKS.match(opening[0])) or _POINTS.search(head)
-    return _plain(tail) if task else None
+    head, mark, tail = match.group(1), match.group(2), text[match.start(3):]
+    words = _WORD.findall(head)
+    opening = [w for w in words[:6] if w.lower() not in _POLITE]
+    task = ((mark == ":" and opening and _TASKS.match(opening[0])) or _POINTS.search(head)
+            or (len(words) <= _SHORT_HEAD and _POINTS_WITHIN.search(head)))
+    return _as_written(tail) if task else None
 
 
 def _plain(text: str) -> str:
     return " ".join(_WORD.findall(text.lower()))
+
+
+def _as_written(text: str) -> str:
+    """Text to work on, as it must match: code, a pattern or a command symbol for symbol (spacing made
+    even, a closing full stop dropped); prose word for word, ignoring case and punctuation."""
+    if _CODE_SYMBOLS.search(text):
+        return " ".join(text.split()).rstrip(".")
+    return _plain(text)
+
+
+def _is_number(word: str) -> bool:
+    return word.replace(".", "", 1).isdigit() or word in SMALL
 
 
 def _script(text: str) -> str:

@@ -15,7 +15,7 @@ SMALL = {w: i for i, w in enumerate(
 # Quantities in words that number parsers leave alone ("a dozen", "a pair of", "half").
 QUANTITY_WORDS = {"dozen": 12, "half": 0.5, "quarter": 0.25, "twice": 2, "double": 2, "triple": 3}
 # Words that deny what follows them, outright or by meaning ("in the absence of", "to avoid", "optional").
-NEGATORS = frozenset("not no never none nobody nothing neither nor cannot without nowhere non absence absent "
+NEGATORS = frozenset("not no never none nobody nothing neither nor cannot without unless nowhere non absence absent "
                      "lack lacks lacking lacked prevent prevents prevented avoid avoids avoided except "
                      "optional".split())
 ANTONYMS = [tuple(pair.split("/")) for pair in (
@@ -36,7 +36,25 @@ ANTONYMS = [tuple(pair.split("/")) for pair in (
     "synonym/antonym same/different similar/different odd/even prime/composite uppercase/lowercase "
     "upper/lower rise/fall rises/falls rising/falling up/down inside/outside local/remote public/private "
     "sync/async synchronous/asynchronous ascend/descend horizontal/vertical inner/outer internal/external "
-    "client/server child/adult children/adults parent/child beginner/advanced").split()]
+    "client/server child/adult children/adults parent/child beginner/advanced "
+    # States and their verbs: "show" / "hide hidden files", "pause" / "resume syncing".
+    "show/hide showing/hiding shown/hidden pause/resume paused/resumed login/logout signin/signout "
+    "enter/exit join/leave attach/detach expand/collapse maximize/minimize maximise/minimise begin/end "
+    "forward/backward forwards/backwards ahead/behind front/back "
+    # Comparisons and extremes.
+    "more/fewer most/fewest greater/less greater/fewer highest/lowest earliest/latest bigger/smaller "
+    "larger/smaller largest/smallest biggest/smallest longest/shortest longer/shorter faster/slower "
+    "fastest/slowest newer/older top/bottom increase/reduce grow/shrink gain/lose heavier/lighter "
+    "strongest/weakest stronger/weaker cheaper/dearer cheapest/priciest").split()]
+# Small words that flip a meaning only where one stands in the other's place ("turn the wifi on" /
+# "off", "log in to" / "log out of", "hotels under" / "over 150 euros", "a file to" / "from S3"): too
+# common to be compared as present or absent, so the guard reads them where the two prompts differ.
+PARTICLES = [tuple(pair.split("/")) for pair in (
+    "on/off in/out up/down over/under above/below to/from into/from onto/from toward/from towards/from "
+    "into/out").split()]
+# Prefixes that turn a word into its opposite ("mute" / "unmute", "connect" / "disconnect"), with the
+# shortest word each may prefix (so that "bug" / "debug" or "put" / "input" are no pair).
+NEGATING_PREFIXES = {"un": 3, "dis": 4, "de": 4, "non": 4, "in": 5, "im": 5, "il": 5, "ir": 5, "anti": 4}
 UNITS = {
     "kg": "kg", "kgs": "kg", "kilogram": "kg", "kilograms": "kg", "kilo": "kg", "kilos": "kg",
     "lb": "lb", "lbs": "lb", "pound": "lb", "pounds": "lb", "g": "g", "gram": "g", "grams": "g",
@@ -54,6 +72,8 @@ UNITS = {
     "shillings": "KES", "zar": "ZAR", "rand": "ZAR", "jpy": "JPY", "yen": "JPY", "cedi": "GHS", "cedis": "GHS",
     "mph": "mph", "kph": "kph", "kmh": "kph",
 }
+# Units short enough to be something else alone ("g", "m"), read as units only right after a number.
+SHORT_UNITS = frozenset(u for u in UNITS if len(u) <= 2)
 LANGUAGES = frozenset(
     "english french spanish german portuguese italian dutch russian arabic chinese mandarin cantonese "
     "japanese korean hindi bengali urdu swahili yoruba hausa igbo amharic zulu xhosa afrikaans somali "
