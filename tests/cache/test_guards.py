@@ -36,6 +36,21 @@ NEAR_MISSES = [
     ("Which programming language is this? fn main() {}", "Which programming language is this? func main() {}", "text"),
     ("How do I cook beans?", "How do I cook dried black beans in a pressure cooker without soaking them first, "
      "for a stew with smoked turkey?", "much more"),
+    ("turn the wifi on on my samsung tv", "turn the wifi off on my samsung tv", "opposites: on / off"),
+    ("How do I log in to the AWS CLI?", "How do I log out of the AWS CLI?", "opposites: in / out"),
+    ("How do I mute a channel in Slack?", "How do I unmute a channel in Slack?", "opposites: mute / unmute"),
+    ("upload a file to s3 with boto3", "download a file from s3 with boto3", "opposites: upload / download"),
+    ("Show me hotels in Paris under 150 euros a night", "Show me hotels in Paris over 150 euros a night",
+     "opposites: under / over"),
+    ("How do I convert a string to an int in Go?", "How do I convert an int to a string in Go?", "trade places"),
+    ("Convert this dict into a list of tuples", "Convert this list of tuples into a dict", "from/to"),
+    ("Can my dog catch a cold from me?", "Can I catch a cold from my dog?", "from/to"),
+    ("Send the payment reminder unless the invoice is paid", "Send the payment reminder if the invoice is paid",
+     "negated"),
+    ("Explain this command before I run it: `rm -rf ./build`", "Explain this command before I run it: "
+     "`rm -rf /build`", "text"),
+    ("What does this regex match: ^\\d{3}-\\d{4}$", "What does this regex match: ^\\d{3}-\\d{4}", "text"),
+    ('Is this JSON valid? {"name": "Ana", "age": 31}', 'Is this JSON valid? {"name": "Ana", "age": 31,}', "text"),
 ]
 
 # Written for this project as an adversarial set: 120 prompts one or two words away from a different
@@ -58,6 +73,12 @@ PARAPHRASES = [
     ("Write a SQL query for orders where shipped_at is not null", "SQL to select orders with a non-null shipped_at"),
     ("Is the parameter optional?", "Is the parameter not required?"),
     ("What's the difference between TCP and UDP?", "What's the difference between UDP and TCP?"),
+    ("Is 16 GB of RAM enough for Android Studio?", "Is 16GB RAM enough for Android Studio?"),
+    ("Calories in 100 g of cooked rice", "How many calories are in 100 grams of cooked rice?"),
+    ("How do I send money to someone in Mexico from the US?", "How do I send money from the US to someone in Mexico?"),
+    ("Send the reminder unless the invoice is already paid", "Don't send the reminder if the invoice is already paid"),
+    ("What does this do? `find . -name '*.pyc' -delete`", "Explain what this does: `find . -name '*.pyc' -delete`"),
+    ("How do I turn on dark mode in VS Code?", "How do I switch dark mode on in VS Code?"),
 ]
 
 
