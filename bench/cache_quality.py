@@ -30,12 +30,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "cache"))
 from test_guards import ADVERSARIAL, NEAR_MISSES  # noqa: E402  (the pairs the tests hold the guards to)
 
+from firsttoken.cache.edge import last_user_text  # noqa: E402
 from firsttoken.cache.embed import Embedder, load_embedder  # noqa: E402
+from firsttoken.cache.key import exact_key  # noqa: E402
 from firsttoken.cache.semantic import DEFAULT_THRESHOLD, SemanticIndex  # noqa: E402
 
 PAIRS = ROOT.parent / "shared" / "data" / "gptcache_paraphrase_pairs.json"
 PUBLISHED = {0.95: (425, 25, 549), 0.90: (804, 77, 118), 0.80: (904, 92, 3)}  # GPTCache's README, 1 000 queries
 LABELLED = ROOT / "bench" / "data" / "gptcache_origin_pairs_labelled.json"
+CLASSES = ROOT / "tests" / "cache" / "data" / "meaning_classes.json"
 
 # Beyond the guard tests' pairs: the same question where only the context or the tenant differs, which the
 # scope (not a guard) must keep apart.
@@ -166,6 +169,55 @@ def main() -> None:
           f"guard, {len(ADVERSARIAL['paraphrases']) - served - refused} below the threshold")
     for question, stored, similarity in adversarial_wrong:
         print(f"- {question!r} served {stored!r} ({similarity:.3f})")
+
+
+    print()
+    meaning_classes(embedder)
+
+
+def meaning_classes(embedder: Embedder) -> None:
+    """The class set, one stored prompt at a time; then its conversations, scoped as the gateway scopes
+    them (everything but the last user message, hashed with the exact cache's key)."""
+    data = json.loads(CLASSES.read_text())
+    index = SemanticIndex(embedder, threshold=DEFAULT_THRESHOLD)
+
+    def outcome(scope_stored: str, stored: str, scope_asked: str, asked_: str) -> str:
+        index.add(scope_stored, stored, "x")
+        found = index.find(scope_asked, asked_)
+        index.remove("x")
+        return "served" if found.match else "refused" if found.refused else "below"
+
+    print(f"Meaning classes ({CLASSES.relative_to(ROOT)}), at {DEFAULT_THRESHOLD}:")
+    print()
+    print("| class | different: wrong hits (guards) | different: above the threshold (similarity alone would "
+          "serve) | paraphrases served | refused by a guard | below the threshold |")
+    print("|---|---|---|---|---|---|")
+    wrong_listed = []
+    for name, pairs in data["classes"].items():
+        different = [outcome("c", p["stored"], "c", p["asked"]) for p in pairs["different"]]
+        wrong_listed += [(name, p) for p, o in zip(pairs["different"], different, strict=True) if o == "served"]
+        same = [outcome("c", p["stored"], "c", p["asked"]) for p in pairs["paraphrases"]]
+        above = len(different) - different.count("below")
+        print(f"| {name} | {different.count('served')} of {len(different)} | {above} | {same.count('served')} of "
+              f"{len(same)} | {same.count('refused')} | {same.count('below')} |")
+    for name, pair in wrong_listed:
+        print(f"- WRONG ({name}): {pair['asked']!r} served {pair['stored']!r}")
+
+    def scope(messages: list[dict]) -> str:
+        split = last_user_text({"messages": messages})
+        assert split is not None
+        return exact_key("bench", ["target"], split[1])
+
+    results = {True: [], False: []}
+    for conversation in data["conversations"]:
+        stored, asked_ = conversation["stored"], conversation["asked"]
+        results[conversation["same"]].append(outcome(scope(stored), stored[-1]["content"], scope(asked_),
+                                                     asked_[-1]["content"]))
+    print()
+    print(f"Conversations: {len(results[False])} whose follow-up means something else in another conversation: "
+          f"{results[False].count('served')} served another's answer; {len(results[True])} follow-ups "
+          f"reworded in the same conversation: {results[True].count('served')} served, "
+          f"{results[True].count('refused')} refused by a guard, {results[True].count('below')} below the threshold")
 
 
 if __name__ == "__main__":

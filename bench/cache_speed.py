@@ -1,15 +1,21 @@
-"""The edge cache's speed through the gateway: an exact hit and a semantic hit end to end at one connection
-(p50, p99), and requests/s on exact hits against the gateway's miss path at 32, both modes, in one run.
+"""The edge cache's speed through the gateway: an exact hit and a semantic hit end to end (p50, p99), the
+semantic hit at 1, 16 and 64 connections, what a semantic lookup costs a miss while the embedding
+model is busy, and requests/s on exact hits against the gateway's miss path at 32, both modes, in one run.
 
-    .venv/bin/python bench/cache_speed.py [--seconds 5] [--runtimes onnx torch]
+    .venv/bin/python bench/cache_speed.py [--seconds 5]
 
-One gateway (1 worker, SQLite cache) in front of the static nginx upstream of the overhead benchmark.
-Every wrk request is the same one, so after the first it is a hit; the miss path is the same requests
-with `x-firsttoken-cache: off` (straight to the upstream, nothing read or kept). A semantic hit is a
-paraphrase of a stored question, asked again and again (a semantic hit stores nothing under its own key,
-so each one embeds its question and searches), once per embedding runtime, each on a gateway of its own
-(ONNX Runtime, the default, and torch, for the ratio). "Direct" is nginx itself, for scale. Needs
-firsttoken[semantic] for the semantic rows. Run by hand; CI never runs it.
+One gateway (1 worker, SQLite cache, semantic matching on) in front of the static nginx upstream of the
+overhead benchmark. Every wrk request of a cell is the same one:
+- exact hit: after the first request, each is a hit; the miss path is the same requests with
+  `x-firsttoken-cache: off` (straight to the upstream, nothing read or kept);
+- semantic hit: a paraphrase of a stored question, sent with `Cache-Control: no-store` (so a lookup
+  skipped under load goes upstream and keeps nothing: the next request embeds and searches again). Every
+  request embeds its question: nothing memoises vectors. The share of lookups skipped because the
+  embedding worker was too far behind is read from /metrics;
+- miss while busy: 16 connections keep asking semantic hits in the background while one asks a question
+  nothing stored resembles, with the cache on (`no-store`: its lookup runs, and is skipped or waits) and
+  with it off; the difference is what the lookup costs a miss.
+"Direct" is nginx itself, for scale. Run by hand; CI never runs it.
 """
 
 from __future__ import annotations
@@ -18,7 +24,9 @@ import argparse
 import json
 import os
 import platform
+import re
 import sys
+import threading
 import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -30,6 +38,8 @@ import wrk  # noqa: E402
 from gateway_overhead import WORK, firsttoken_process, nginx  # noqa: E402
 
 OFF = {"x-firsttoken-cache": "off"}
+NO_STORE = {"Cache-Control": "no-store"}
+STORED, PARAPHRASE, UNRELATED = "How do I cook beans?", "What is the way to cook beans?", "Write a poem about the sea."
 
 
 def _cache_state(url: str, body: str) -> str:
@@ -40,38 +50,62 @@ def _cache_state(url: str, body: str) -> str:
         return response.headers.get("x-firsttoken-cache", "")
 
 
+def _skipped(base: str) -> float:
+    request = urllib.request.Request(f"{base}/metrics", headers={"authorization": f"Bearer {wrk.CLIENT_KEY}"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        text = response.read().decode()
+    match = re.search(r"^firsttoken_semantic_lookups_skipped_total ([\d.e+]+)$", text, re.M)
+    return float(match.group(1)) if match else 0.0
+
+
 @contextmanager
-def _gateway(upstream: int, runtime: str) -> Iterator[str]:
-    """A gateway with an empty SQLite cache and semantic matching on that runtime; its chat URL."""
-    cache_file = WORK / f"cache-speed-{runtime}.db"
+def _gateway(upstream: int) -> Iterator[str]:
+    """A gateway with an empty SQLite cache and semantic matching on; its base URL."""
+    cache_file = WORK / "cache-speed.db"
     cache_file.unlink(missing_ok=True)
     with firsttoken_process(upstream, 1, None, {"cache": {"backend": "sqlite", "path": str(cache_file),
-                                                          "semantic": True, "embedding_runtime": runtime},
+                                                          "semantic": True},
                                                 "journeys": {"log": None}}) as (url, _):
-        yield f"{url}/v1/chat/completions"
+        yield url
+
+
+def _body(model: str, stream: bool, question: str) -> str:
+    return json.dumps({"model": model, "stream": stream, "messages": [{"role": "user", "content": question}]})
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=int, default=5)
-    parser.add_argument("--runtimes", nargs="+", default=["onnx", "torch"], choices=["onnx", "torch"])
     args = parser.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
+    (WORK / "background").mkdir(exist_ok=True)
     upstream = fixtures.free_port()
-    rows = []
+    rows, skipped = [], {}
     with ExitStack() as stack:
         stack.enter_context(nginx(fixtures.upstream_nginx_conf(str(WORK), upstream), "upstream"))
-        for runtime in args.runtimes:
-            with _gateway(upstream, runtime) as target:
-                for mode, model in (("json", "bench"), ("stream", "bench-sse")):
-                    stored, asked = (json.dumps({"model": model, "stream": mode == "stream",
-                                                 "messages": [{"role": "user", "content": q}]})
-                                     for q in ("How do I cook beans?", "What is the way to cook beans?"))
-                    wrk.run(target, stored, 1, 1, WORK)
-                    if not _cache_state(target, asked).startswith("semantic-hit"):
-                        raise SystemExit("the paraphrase was not a semantic hit: is firsttoken[semantic] installed?")
-                    rows.append((mode, f"semantic hit ({runtime})", 1, wrk.run(target, asked, 1, args.seconds, WORK)))
-        target = stack.enter_context(_gateway(upstream, args.runtimes[0]))
+        base = stack.enter_context(_gateway(upstream))
+        target = f"{base}/v1/chat/completions"
+        for mode, model in (("json", "bench"), ("stream", "bench-sse")):
+            stream = mode == "stream"
+            wrk.run(target, _body(model, stream, STORED), 1, 1, WORK)
+            asked = _body(model, stream, PARAPHRASE)
+            if not _cache_state(target, asked).startswith("semantic-hit"):
+                raise SystemExit("the paraphrase was not a semantic hit")
+            for connections in (1, 16, 64):
+                before = _skipped(base)
+                result = wrk.run(target, asked, connections, args.seconds, WORK, headers=NO_STORE)
+                rows.append((mode, "semantic hit", connections, result))
+                asked_in_all = result.requests_per_s * args.seconds
+                skipped[(mode, connections)] = (_skipped(base) - before) / max(asked_in_all, 1)
+        busy = threading.Thread(target=wrk.run, args=(target, _body("bench", False, PARAPHRASE), 16,
+                                                      3 * args.seconds + 2, WORK / "background"),
+                                kwargs={"headers": NO_STORE})
+        busy.start()
+        unrelated = _body("bench", False, UNRELATED)
+        for label, headers in (("miss, encoder busy: lookup", NO_STORE), ("miss, encoder busy: cache off", OFF),
+                               ("miss, encoder busy: lookup", NO_STORE)):
+            rows.append(("json", label, 1, wrk.run(target, unrelated, 1, args.seconds, WORK, headers=headers)))
+        busy.join()
         for mode, model, path in (("json", "bench", "json"), ("stream", "bench-sse", "sse")):
             body = fixtures.request_body(model, mode == "stream")
             wrk.run(target, body, 1, 1, WORK)  # the first request is the miss that fills the cache
@@ -87,7 +121,10 @@ def main() -> None:
     print("| mode | path | c | req/s | p50 (ms) | p99 (ms) | errors |")
     print("|---|---|---|---|---|---|---|")
     for mode, label, c, r in rows:
-        print(f"| {mode} | {label} | {c} | {r.requests_per_s:,.0f} | {r.p50_ms:.3f} | {r.p99_ms:.3f} | {r.errors} |")
+        share = skipped.get((mode, c)) if label == "semantic hit" else None
+        note = f" ({share:.0%} of lookups skipped)" if share else ""
+        print(f"| {mode} | {label}{note} | {c} | {r.requests_per_s:,.0f} | {r.p50_ms:.3f} | {r.p99_ms:.3f} | "
+              f"{r.errors} |")
     print()
     for mode in ("json", "stream"):
         hit = next(r for m, label, c, r in rows if m == mode and label == "hit" and c == 32)

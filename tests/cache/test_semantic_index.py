@@ -86,3 +86,25 @@ def test_restored_prompts_are_found_and_vectors_of_another_size_left_out() -> No
     assert "other-model" not in restored and "old" not in restored and len(restored) == 2  # the newest two
     found = restored.find("scope", "What is the way to cook beans?").match
     assert found is not None and found.ref == "beans"
+
+
+@pytest.mark.timeout(20)
+def test_prompts_come_and_go_for_as_long_as_the_gateway_runs() -> None:
+    """Answers expire and are evicted all day: the index takes a prompt in and lets it go again and again
+    (usearch 2.23 hung in remove() after a few dozen rounds of this)."""
+    rng = np.random.default_rng(7)
+
+    class Random:
+        dimensions = 384
+
+        def embed(self, texts: list[str]) -> np.ndarray:
+            vectors = rng.random((len(texts), 384), dtype=np.float32)
+            return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+    made = SemanticIndex(Random(), threshold=0.85, max_prompts=8)
+    for n in range(500):
+        made.add(f"scope {n % 3}", f"prompt {n}", f"ref {n}")
+        made.find(f"scope {n % 3}", f"question {n}")
+        if n % 2:
+            made.remove(f"ref {n}")
+    assert len(made) <= 8 and "ref 498" in made and "ref 499" not in made
