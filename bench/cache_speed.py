@@ -2,7 +2,7 @@
 semantic hit at 1, 16 and 64 connections, what a semantic lookup costs a miss while the embedding
 model is busy, and requests/s on exact hits against the gateway's miss path at 32, both modes, in one run.
 
-    .venv/bin/python bench/cache_speed.py [--seconds 5]
+    .venv/bin/python bench/cache_speed.py [--seconds 5] [--semantic-wait-ms 15]
 
 One gateway (1 worker, SQLite cache, semantic matching on) in front of the static nginx upstream of the
 overhead benchmark. Every wrk request of a cell is the same one:
@@ -59,12 +59,12 @@ def _skipped(base: str) -> float:
 
 
 @contextmanager
-def _gateway(upstream: int) -> Iterator[str]:
+def _gateway(upstream: int, wait_ms: float) -> Iterator[str]:
     """A gateway with an empty SQLite cache and semantic matching on; its base URL."""
     cache_file = WORK / "cache-speed.db"
     cache_file.unlink(missing_ok=True)
     with firsttoken_process(upstream, 1, None, {"cache": {"backend": "sqlite", "path": str(cache_file),
-                                                          "semantic": True},
+                                                          "semantic": True, "semantic_wait_ms": wait_ms},
                                                 "journeys": {"log": None}}) as (url, _):
         yield url
 
@@ -76,6 +76,8 @@ def _body(model: str, stream: bool, question: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=int, default=5)
+    parser.add_argument("--semantic-wait-ms", type=float, default=15,
+                        help="the gateway's semantic_wait_ms (15, the default; a large one skips no lookup)")
     args = parser.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
     (WORK / "background").mkdir(exist_ok=True)
@@ -83,7 +85,7 @@ def main() -> None:
     rows, skipped = [], {}
     with ExitStack() as stack:
         stack.enter_context(nginx(fixtures.upstream_nginx_conf(str(WORK), upstream), "upstream"))
-        base = stack.enter_context(_gateway(upstream))
+        base = stack.enter_context(_gateway(upstream, args.semantic_wait_ms))
         target = f"{base}/v1/chat/completions"
         for mode, model in (("json", "bench"), ("stream", "bench-sse")):
             stream = mode == "stream"
