@@ -44,11 +44,19 @@ async def test_prompts_that_arrive_while_it_computes_go_as_one_batch(model) -> N
 
 
 async def test_a_prompt_that_would_wait_too_long_is_skipped_at_once(model) -> None:
-    encoder = Encoder(Recording(model), max_wait_s=2.5 * FIRST_GUESS_S)  # room for itself and one before it
+    encoder = Encoder(Recording(model), max_wait_s=1.5 * FIRST_GUESS_S)  # room to wait behind one prompt
     results = await asyncio.gather(*(encoder.encode(q) for q in QUESTIONS))
     assert [r is None for r in results] == [False, False] + [True] * (len(QUESTIONS) - 2)
     assert encoder.skipped == len(QUESTIONS) - 2
     assert await encoder.encode("and once it is idle again?") is not None
+    encoder.close()
+
+
+async def test_a_prompt_that_finds_it_idle_is_embedded_however_slow_it_was(model) -> None:
+    encoder = Encoder(Recording(model), max_wait_s=0.001)
+    encoder.per_prompt_s = 1.0  # as after a slow first call: an estimate that alone would skip everything
+    assert await encoder.encode("still embedded?") is not None
+    assert encoder.per_prompt_s < 1.0  # and the estimate learns from it
     encoder.close()
 
 

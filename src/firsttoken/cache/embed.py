@@ -79,6 +79,7 @@ class OnnxEmbedder:
         self._tokenizer: Any = Tokenizer.from_file(str(files.tokenizer))
         self._tokenizer.enable_truncation(files.max_tokens)
         self._tokenizer.no_padding()  # the shipped file pads every text to 128: batches are padded here
+        self.embed(["a first run, at start"])  # ONNX Runtime's first run is several times slower than the next
 
     def embed(self, texts: list[str]) -> np.ndarray:
         vectors = np.empty((len(texts), self.dimensions), dtype=np.float32)

@@ -2,10 +2,11 @@
 
 Prompts that arrive while it computes wait together and go as the next batch: one hop to the thread and
 one model call for many prompts, rather than a queue of single calls that contend for the same core. A
-prompt that would wait longer than a semantic hit is worth (`max_wait_s`: the batch being computed, plus
-what is queued, plus itself, at the cost per prompt measured so far) is not embedded: the lookup is
-skipped and counted, and the request goes upstream at once. A miss never queues behind other requests'
-embeddings for longer than that; deciding costs a few microseconds.
+prompt that would wait behind others for longer than a semantic hit is worth (`max_wait_s`: what is left
+of the batch being computed, plus what is queued, at the cost per prompt measured so far) is not
+embedded: the lookup is skipped and counted, and the request goes upstream at once. A miss never queues
+behind other requests' embeddings for longer than that; deciding costs a few microseconds. A prompt that
+finds the worker idle is always embedded.
 """
 
 from __future__ import annotations
@@ -37,11 +38,11 @@ class Encoder:
         self.encoded = 0
 
     def expected_wait_s(self) -> float:
-        """How long a prompt queued now would wait for its vector."""
+        """How long a prompt queued now would wait behind others before its own turn."""
         left = 0.0
         if self._running:
             left = max(0.0, self._running * self.per_prompt_s - (time.monotonic() - self._started))
-        return left + (len(self._waiting) + 1) * self.per_prompt_s
+        return left + len(self._waiting) * self.per_prompt_s
 
     async def encode(self, text: str) -> np.ndarray | None:
         """The prompt's vector; None when it would wait longer than `max_wait_s` (skipped, counted)."""
