@@ -98,10 +98,9 @@ async def _lookup_cost_while_busy(samples: int = 2000) -> tuple[float, float, fl
         busy += [await timed() for _ in range(50)]
         await asyncio.gather(*load)
     skipped = (cache.encoder.skipped - skipped_before) / len(busy)
-    cache.semantic, encoder = None, cache.encoder
+    cache.semantic = None  # the same lookup with semantic matching off
     off = [await timed() for _ in range(samples)]
-    cache.semantic = None
-    encoder.close()
+    cache.encoder.close()
     await cache.close()
 
     def p99(values: list[float]) -> float:
