@@ -100,7 +100,6 @@ async def _lookup_cost_while_busy(samples: int = 2000) -> tuple[float, float, fl
     skipped = (cache.encoder.skipped - skipped_before) / len(busy)
     cache.semantic = None  # the same lookup with semantic matching off
     off = [await timed() for _ in range(samples)]
-    cache.encoder.close()
     await cache.close()
 
     def p99(values: list[float]) -> float:
