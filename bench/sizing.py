@@ -1,6 +1,6 @@
 """Task sizing's accuracy on MT-Bench's categories and what it costs per request, in one run.
 
-    .venv/bin/python bench/sizing.py        # needs pip install -e '.[semantic]' for the neighbours
+    .venv/bin/python bench/sizing.py
 
 Each of MT-Bench's 80 first turns is sized three ways: by the rules alone (no rule: chat); by the rules,
 then the 5 nearest labelled examples; and by the neighbours alone. Its category counts as right when the
