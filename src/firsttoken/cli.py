@@ -346,7 +346,9 @@ def _banner(settings: Settings, workers: int) -> None:
         err.print(f"  note: /metrics and /v1/journeys answer for the one of the {workers} workers that takes the "
                   f"request (each keeps its own); the journey log and OTLP export have every worker's journeys")
     cache = settings.cache
-    if cache is not None and cache.backend != "none":
+    if not cache.enabled:
+        err.print("  cache: off", markup=False)
+    else:
         from firsttoken.redis_guard import redacted  # the URL without its userinfo or query (a password)
 
         where = {"sqlite": cache.path, "memory": "memory",

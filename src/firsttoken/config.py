@@ -144,6 +144,8 @@ class ClientKey(_Strict):
 
 
 class Cache(_Strict):
+    """The edge cache. On in every gateway unless the config says `cache: false` (or `backend: none`)."""
+
     backend: Literal["sqlite", "redis", "memory", "none"] = "sqlite"
     path: str = "firsttoken-cache.db"
     url: str | None = None
@@ -166,6 +168,10 @@ class Cache(_Strict):
         if self.backend == "redis" and not (self.url or "").startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("the redis backend needs url: redis://host:6379/0 (or rediss://, unix://)")
         return self
+
+    @property
+    def enabled(self) -> bool:
+        return self.backend != "none"
 
     @field_validator("models")
     @classmethod
@@ -313,7 +319,7 @@ class Settings(_Strict):
     upstreams: dict[str, Upstream] = Field(default_factory=dict)
     models: dict[str, list[str]] = Field(default_factory=dict)
     keys: list[ClientKey] = Field(default_factory=list)
-    cache: Cache | None = None
+    cache: Cache = Field(default_factory=Cache)  # on unless the config says `cache: false`
     routing: Routing = Field(default_factory=Routing)
     sizing: TaskSizing | None = None
     limits: Limits = Field(default_factory=Limits)
@@ -325,6 +331,11 @@ class Settings(_Strict):
     _source: str = PrivateAttr("defaults")  # where the settings came from, for the start-up banner
 
     _location = field_validator("location")(lambda cls, value: _known_place(value))
+
+    @field_validator("cache", mode="before")
+    @classmethod
+    def _cache_off(cls, value: object) -> object:
+        return {"backend": "none"} if value is None or value is False else value
 
     @property
     def place(self) -> Place | None:
@@ -394,7 +405,7 @@ class Settings(_Strict):
             found += upstream.secrets()
         if self.journeys.otlp is not None:
             found += [value.get_secret_value() for value in self.journeys.otlp.headers.values()]
-        found += _url_secrets(self.limits.redis or "") + _url_secrets((self.cache.url or "") if self.cache else "")
+        found += _url_secrets(self.limits.redis or "") + _url_secrets(self.cache.url or "")
         return found
 
 

@@ -70,7 +70,8 @@ def attributes(span: Span) -> dict[str, Any]:
 
 
 def settings(upstream_url: str, otlp_url: str) -> dict:
-    return {"upstreams": {"fake": {"url": upstream_url, "key": UPSTREAM_KEY}},
+    # every request must cross to the upstream: the edge cache (on by default) has its own tests
+    return {"cache": False, "upstreams": {"fake": {"url": upstream_url, "key": UPSTREAM_KEY}},
             "journeys": {"log": None, "otlp": {"endpoint": otlp_url, "service_name": "edge-lagos",
                                                "headers": {"x-ingest-key": COLLECTOR_KEY}}}}
 

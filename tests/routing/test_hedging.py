@@ -20,7 +20,8 @@ USER = [{"role": "user", "content": "race me"}]
 
 @pytest.fixture(scope="module")
 def gateway(upstream, tmp_path_factory):
-    settings = {"upstreams": {"fake": {"url": upstream.url, "key": UPSTREAM_KEY}},
+    # every request must cross to the upstream: the edge cache (on by default) has its own tests
+    settings = {"cache": False, "upstreams": {"fake": {"url": upstream.url, "key": UPSTREAM_KEY}},
                 "models": {"stalls": ["fake/sleep-3000", "fake/echo"],
                            "queued": ["fake/late-1500", "fake/echo"],
                            "slow-hedge": ["fake/sleep-400", "fake/sleep-3000"],
@@ -119,7 +120,7 @@ def test_the_first_target_can_still_win_after_a_hedge_went_out(gateway) -> None:
 
 
 def test_without_hedge_budget_nothing_is_raced(upstream, tmp_path) -> None:
-    settings = {"upstreams": {"fake": {"url": upstream.url, "key": UPSTREAM_KEY}},
+    settings = {"cache": False, "upstreams": {"fake": {"url": upstream.url, "key": UPSTREAM_KEY}},
                 "models": {"no-hedge": ["fake/sleep-600", "fake/echo"]},
                 "routing": {"ordered": ["no-hedge"], "hedge": {"max_s": 0.1, "budget": 0}},
                 "keys": [{"name": "app", "key": CLIENT_KEY}]}

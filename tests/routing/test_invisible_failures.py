@@ -97,7 +97,8 @@ def regions(workdir: Path, b: SimProcess, *a_args: str, ordered: bool = True, a_
     `a_warm`: connections kept open to `a` ahead of need (the pool's default when None)."""
     with SimProcess(workdir, "--model", MODEL, *a_args, name="a") as a:
         upstream_a = {"url": a.url, **({"pool": {"warm": a_warm}} if a_warm is not None else {})}
-        settings = {"upstreams": {"a": upstream_a, "b": {"url": b.url}},
+        # every request must cross to the upstream: the edge cache (on by default) has its own tests
+        settings = {"cache": False, "upstreams": {"a": upstream_a, "b": {"url": b.url}},
                     "models": {"chat": [A, B]},
                     "routing": {"ordered": ["chat"] if ordered else []},
                     "keys": [{"name": "app", "key": CLIENT_KEY}]}

@@ -25,7 +25,8 @@ USER = [{"role": "user", "content": "route me"}]
 
 @pytest.fixture(scope="module")
 def gateway(upstream, tmp_path_factory):
-    settings = {"upstreams": {"fake": {"url": upstream.url, "key": UPSTREAM_KEY}},
+    # every request must cross to the upstream: the edge cache (on by default) has its own tests
+    settings = {"cache": False, "upstreams": {"fake": {"url": upstream.url, "key": UPSTREAM_KEY}},
                 "models": {"speedy": ["fake/sleep-400", "fake/sleep-20"],
                            "failing": ["fake/error-500", "fake/echo"],
                            "limited": ["fake/error-429", "fake/echo"],
@@ -144,7 +145,7 @@ async def not_http() -> AsyncIterator[int]:
 @pytest.mark.parametrize("stream", [False, True])
 def test_an_upstream_that_does_not_speak_http_counts_as_failed(upstream, tmp_path, stream: bool) -> None:
     with InThread(not_http) as port:
-        settings = {"upstreams": {"junk": {"url": f"http://127.0.0.1:{port}/v1", "pool": {"warm": 0}},
+        settings = {"cache": False, "upstreams": {"junk": {"url": f"http://127.0.0.1:{port}/v1", "pool": {"warm": 0}},
                                   "fake": {"url": upstream.url, "key": UPSTREAM_KEY}},
                     "models": {"junk-first": ["junk/x", "fake/echo"], "junk-only": ["junk/x"]},
                     "routing": {"ordered": ["junk-first"]}, "keys": [{"name": "app", "key": CLIENT_KEY}]}

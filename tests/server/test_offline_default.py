@@ -8,7 +8,10 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TextIO
 
 import httpx
 import openai
@@ -19,21 +22,31 @@ from support.gateway_process import GatewayProcess, free_port
 from support.openai_upstream import UPSTREAM_KEY
 
 
-def test_serve_alone_streams_from_a_simulated_region(tmp_path: Path) -> None:
+@contextmanager
+def serve_alone(workdir: Path) -> Iterator[tuple[str, TextIO]]:
+    """`firsttoken serve` with no config file, no key in the environment, in `workdir`: (its URL, its output)."""
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and k != "FIRSTTOKEN_CONFIG"}
     port = free_port()
-    log = (tmp_path / "serve.log").open("w+")
-    process = subprocess.Popen([sys.executable, "-m", "firsttoken", "serve", "--port", str(port)], cwd=tmp_path,
+    log = (workdir / "serve.log").open("a+")
+    process = subprocess.Popen([sys.executable, "-m", "firsttoken", "serve", "--port", str(port)], cwd=workdir,
                                env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60  # it loads the embedding model: seconds on a busy machine
         while time.monotonic() < deadline:
             try:
                 if httpx.get(url + "/readyz", timeout=1).status_code == 200:
                     break
             except httpx.HTTPError:
                 time.sleep(0.05)
+        yield url, log
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def test_serve_alone_streams_from_a_simulated_region(tmp_path: Path) -> None:
+    with serve_alone(tmp_path) as (url, log):
         client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
         models = client.models.list().data
         assert [m.id for m in models] == ["llama-3.1-8b", "bge-small-en-v1.5", "sim/llama-3.1-8b",
@@ -54,9 +67,40 @@ def test_serve_alone_streams_from_a_simulated_region(tmp_path: Path) -> None:
         log.seek(0)
         banner = log.read()
         assert "a simulated region in this process" in banner and "OPENAI_API_KEY" in banner
-    finally:
-        process.terminate()
-        process.wait(10)
+
+
+def ask(url: str, question: str) -> tuple[str, str, float]:
+    """(x-firsttoken-cache, the answer, seconds to the whole answer)."""
+    started = time.perf_counter()
+    response = httpx.post(url + "/v1/chat/completions", timeout=30, json={
+        "model": "llama-3.1-8b", "max_tokens": 8, "messages": [{"role": "user", "content": question}]})
+    assert response.status_code == 200, response.text
+    return (response.headers["x-firsttoken-cache"], response.json()["choices"][0]["message"]["content"],
+            time.perf_counter() - started)
+
+
+def test_serve_alone_answers_repeats_and_paraphrases_from_the_edge_across_a_restart(tmp_path: Path) -> None:
+    with serve_alone(tmp_path) as (url, log):
+        outcome, answer, crossed = ask(url, "How do I cook beans?")
+        assert outcome == "miss" and crossed > 0.12  # it went to Virginia
+        outcome, again, seconds = ask(url, "What is the way to cook beans?")
+        assert outcome.startswith("semantic-hit; similarity=0.") and again == answer and seconds < crossed
+        assert ask(url, "How do I cook rice?")[0] == "miss"  # a different question is not served beans
+        log.seek(0)
+        assert "cache: exact, in firsttoken-cache.db" in log.read()
+    assert (tmp_path / "firsttoken-cache.db").is_file()  # where serve runs: it survives a restart
+    with serve_alone(tmp_path) as (url, _):
+        assert ask(url, "How do I cook beans?")[:2] == ("hit", answer)
+        assert ask(url, "What's the way to cook beans?")[0].startswith("semantic-hit")
+
+
+def test_cache_false_turns_the_edge_cache_off(tmp_path: Path) -> None:
+    (tmp_path / "firsttoken.yaml").write_text("cache: false\n")
+    with serve_alone(tmp_path) as (url, log):
+        assert [ask(url, "How do I cook beans?")[0] for _ in range(2)] == ["bypass", "bypass"]
+        log.seek(0)
+        assert "cache: off" in log.read()
+    assert not (tmp_path / "firsttoken-cache.db").exists()
 
 
 def test_a_sim_section_runs_beside_real_upstreams(tmp_path: Path, upstream) -> None:

@@ -28,8 +28,8 @@ def _store(config_path: str | None) -> Store:
         err.print(f"firsttoken cache: {exc}", markup=False, soft_wrap=True)
         sys.exit(2)
     cache = settings.cache
-    if cache is None or cache.backend == "none":
-        err.print("firsttoken cache: no cache is configured (cache: {backend: sqlite, path: …} in firsttoken.yaml)",
+    if not cache.enabled:
+        err.print("firsttoken cache: the cache is off in this config (cache: false or backend: none)",
                   markup=False, soft_wrap=True)
         sys.exit(2)
     if cache.backend == "memory":

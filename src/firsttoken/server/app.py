@@ -88,8 +88,7 @@ class Gateway:
         self.metrics = Metrics()
         self.sink = JourneySink(_journey_log(settings), self.metrics, _span_exporter(settings))
         journeys = RecentJourneys(settings.journeys.recent)
-        cache = settings.cache
-        self.cache = EdgeCache(cache) if cache is not None and cache.backend != "none" else None
+        self.cache = EdgeCache(settings.cache) if settings.cache.enabled else None
         if self.cache is not None:
             self.metrics.registry.register(CacheCollector(self.cache))
         self.metrics.registry.register(RoutingCollector(router, self.keep_warm))
