@@ -6,7 +6,8 @@ import socket
 
 import pytest
 
-from firsttoken.journey.attribution import attribute, parse_server_timing
+from firsttoken.journey.attribution import attribute
+from firsttoken.journey.server_timing import parse_server_timing
 from firsttoken.journey.tcp_info import Rtt, RttReader, rtt_of
 from firsttoken.journey.timeline import Timeline
 from firsttoken.server.usage import usage_count
@@ -26,7 +27,7 @@ def timeline(*, rtt: float = 120.0, connect: float = 0.0, ttfb: float = 400.0, d
     t.upstream_rtt = Rtt(rtt + 3, rtt)
     t.client_rtt = Rtt(client_rtt, client_rtt)
     t.token_events, t.output_tokens, t.stream, t.floor_ms, t.status = tokens, tokens, stream, floor, status
-    t.upstream_timing = upstream_timing
+    t.upstream_said(upstream_timing)
     t.route, t.upstream = "far/model", "far"
     return t
 

@@ -21,6 +21,7 @@ import yaml
 
 from firsttoken.lab.delayline import DelayLine
 from support.measure import PREFILL_SLACK_MS, one_sample, typical
+from support.one_story import assert_one_story
 
 RTT_MS = 120.0
 TLS_CPU_MS = 10.0  # a TLS handshake's own compute, on top of its round trip
@@ -173,3 +174,25 @@ def test_trace_shows_a_warm_connection_saving_two_round_trips(traced: dict) -> N
     assert all(r["connection_reused"] and r["handshakes_ms"] == 0 for r in warm)
     saved = cold["ttft_ms"] - min(r["ttft_ms"] for r in warm)
     assert one_sample(saved, 2 * RTT_MS, busy_ms=15.0 + TLS_CPU_MS), saved  # the key exchange's CPU too
+
+
+# Runs in the near namespace: the journeys of the requests a trace through the gateway sent.
+JOURNEYS_OF = "import httpx, json, sys; print(json.dumps([httpx.get(sys.argv[1] + '/v1/journeys/' + i).json() " \
+              "for i in sys.argv[2:]]))"
+
+
+def test_trace_through_the_gateway_tells_the_journeys_story(line: DelayLine, journeys) -> None:
+    """The same requests, seen by `firsttoken trace` in front of the gateway and by the gateway itself."""
+    gateway = f"http://127.0.0.1:{GATEWAY_PORT}"
+    done = line.run(line.client_ns, [sys.executable, "-m", "firsttoken", "trace", f"{gateway}/v1",
+                                     "--model", "far/llama-3.3-70b", "--max-tokens", "20", "-n", "3", "--json"],
+                    capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stderr
+    runs = json.loads(done.stdout)["runs"]
+    told = line.run(line.client_ns, [sys.executable, "-c", JOURNEYS_OF, gateway, *[r["request_id"] for r in runs]],
+                    capture_output=True, text=True, timeout=30)
+    assert told.returncode == 0, told.stderr
+    for run, journey in zip(runs, json.loads(told.stdout), strict=True):
+        assert journey["verdict"].startswith("most of this wait was distance: a 12"), journey["verdict"]
+        assert one_sample(run["rtt_ms"], RTT_MS), run
+        assert_one_story(run, journey)

@@ -19,6 +19,23 @@ class CacheOutcome(Enum):
         """Answered without this request crossing to the upstream."""
         return self in (CacheOutcome.HIT, CacheOutcome.SEMANTIC_HIT, CacheOutcome.JOINED)
 
+    @classmethod
+    def read(cls, header: str) -> tuple[CacheOutcome, float | None]:
+        """An `x-firsttoken-cache` header back into (outcome, similarity); BYPASS for one it does not know."""
+        word, _, rest = header.strip().partition(";")
+        if header.strip() == cls.JOINED.value:
+            return cls.JOINED, None
+        if word == cls.SEMANTIC_HIT.value:
+            _, _, value = rest.partition("similarity=")
+            try:
+                return cls.SEMANTIC_HIT, float(value)
+            except ValueError:
+                return cls.SEMANTIC_HIT, None
+        try:
+            return cls(word), None
+        except ValueError:
+            return cls.BYPASS, None
+
     def header(self, similarity: float | None = None) -> bytes:
         if self is CacheOutcome.SEMANTIC_HIT and similarity is not None:
             return b"semantic-hit; similarity=%.3f" % similarity

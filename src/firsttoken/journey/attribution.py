@@ -73,34 +73,21 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 2)
 
 
-def parse_server_timing(header: str | None) -> dict[str, float]:
-    """`queue;dur=1.2, cold;dur=0, prefill;dur=30` → {"queue": 1.2, "cold": 0.0, "prefill": 30.0}."""
-    timings: dict[str, float] = {}
-    for part in (header or "").split(","):
-        name, _, params = part.strip().partition(";")
-        for param in params.split(";"):
-            key, _, value = param.strip().partition("=")
-            if key == "dur" and name:
-                try:
-                    timings[name] = float(value.strip('"'))
-                except ValueError:
-                    pass
-    return timings
-
-
 def phases(timeline: Timeline) -> tuple[Phases, float | None, dict[str, float]]:
     """The phases; the provider's whole time (ttfb − rtt); the upstream's own Server-Timing."""
-    upstream_timing = parse_server_timing(timeline.upstream_timing) if timeline.upstream_timing else {}
-    measured = timeline.rtt_ms()
-    # A simulated region declares the distance it adds (`distance`): on the wire it is a round trip too.
-    simulated = upstream_timing.get("distance", 0.0)
-    rtt = measured + simulated if measured is not None else None
+    upstream_timing = timeline.declared
+    rtt = timeline.rtt_ms()  # with what lies beyond the socket: a simulated region's distance, a gateway's leg
+    gateway, cache, pool, connect = timeline.gateway_ms(), timeline.cache_ms, timeline.pool_ms, timeline.connect_ms
     ttfb = timeline.ttfb_ms()
-    connect = timeline.connect_ms
+    if "gateway" in upstream_timing:  # a firsttoken gateway in front (a trace through one): its work is its own
+        hop = [upstream_timing.get(name, 0.0) for name in ("gateway", "cache", "pool", "connect")]
+        gateway, cache, pool, connect = gateway + hop[0], cache + hop[1], pool + hop[2], connect + hop[3]
+        ttfb = max(ttfb - hop[0] - hop[2] - hop[3], 0.0)
     # What the provider spent: all of it before the first byte of a stream; a whole answer's first byte
     # comes after its generation too, which only the provider's own Server-Timing can tell apart.
     provider = max(ttfb - rtt, 0.0) if rtt is not None and timeline.first_byte else None
-    floor = timeline.floor_ms
+    # A gateway in front knows the floor from where it stands, when the caller does not know its own.
+    floor = timeline.floor_ms if timeline.floor_ms is not None else upstream_timing.get("floor")
     if timeline.stream:
         queue_prefill = provider
         decode = timeline.decode_ms() if timeline.first_token else None
@@ -111,7 +98,7 @@ def phases(timeline: Timeline) -> tuple[Phases, float | None, dict[str, float]]:
     # Positional: with keywords the slotted __init__ matches 13 names, 2.7× the cost of the call (timeit).
     result = Phases(
         timeline.client_rtt.smoothed_ms if timeline.client_rtt is not None else None,  # client_rtt
-        timeline.gateway_ms(), timeline.cache_ms, timeline.pool_ms, connect, ttfb, rtt, floor,
+        gateway, cache, pool, connect, ttfb, rtt, floor,
         rtt - floor if rtt is not None and floor is not None else None,  # distance_tax
         queue_prefill, timeline.ttft_ms() if timeline.first_token else None, decode, timeline.e2e_ms())
     return result, provider, upstream_timing

@@ -11,16 +11,19 @@ from __future__ import annotations
 from time import perf_counter
 
 from firsttoken.cache.outcome import CacheOutcome
+from firsttoken.journey.server_timing import beyond_socket_ms, parse_server_timing
 from firsttoken.journey.tcp_info import Rtt
 from firsttoken.upstream.connector import Handshake
+
+_NOTHING_DECLARED: dict[str, float] = {}  # shared, never written: most timelines' upstream declares nothing
 
 
 class Timeline:
     __slots__ = ("request_id", "operation", "api", "tenant", "model", "stream", "status", "received", "cache_ms",
                  "sent", "first_byte", "first_token", "last_token", "last_byte", "max_gap", "pool_ms", "connect_ms",
                  "reused", "token_events", "output_tokens", "input_tokens", "cached_tokens", "route", "upstream",
-                 "attempts", "client_rtt", "upstream_rtt", "upstream_timing", "floor_ms", "handshake", "cache",
-                 "similarity", "hedge", "error_code", "error")
+                 "attempts", "client_rtt", "upstream_rtt", "upstream_timing", "declared", "floor_ms", "handshake",
+                 "cache", "similarity", "hedge", "error_code", "error")
 
     def __init__(self, request_id: str = "") -> None:
         self.received = perf_counter()
@@ -54,6 +57,7 @@ class Timeline:
         self.client_rtt: Rtt | None = None  # the client's TCP connection, from the kernel
         self.upstream_rtt: Rtt | None = None  # the upstream connection this request used
         self.upstream_timing: str | None = None  # the upstream's own Server-Timing, as it sent it
+        self.declared = _NOTHING_DECLARED  # …and read: phase → ms
         self.floor_ms: float | None = None  # the physics floor to the route's upstream, when both ends are known
         self.hedge = b""  # when a second target raced the first: "; hedge-of=<the first>" or "; hedged-by=<the second>"
         # How the request failed, when it did: an error answered, or a stream that broke or was cut after
@@ -63,8 +67,8 @@ class Timeline:
 
     # What one upstream attempt records; a hedge records them on a timeline of its own, adopted if it wins.
     _ATTEMPT = ("sent", "first_byte", "first_token", "last_token", "max_gap", "pool_ms", "connect_ms", "handshake",
-                "reused", "token_events", "route", "upstream", "upstream_rtt", "upstream_timing", "floor_ms",
-                "error_code", "error")
+                "reused", "token_events", "route", "upstream", "upstream_rtt", "upstream_timing", "declared",
+                "floor_ms", "error_code", "error")
 
     def for_hedge(self) -> Timeline:
         """A timeline for a second attempt at this request, to race the first."""
@@ -89,6 +93,11 @@ class Timeline:
         if gap > self.max_gap:
             self.max_gap = gap
         self.last_token = now
+
+    def upstream_said(self, server_timing: str | None) -> None:
+        """The Server-Timing the upstream answered with: kept as sent, and read once for the phases."""
+        self.upstream_timing = server_timing
+        self.declared = parse_server_timing(server_timing) if server_timing else _NOTHING_DECLARED
 
     def gateway_ms(self) -> float:
         return (self.sent - self.received) * 1000.0 if self.sent else 0.0
@@ -116,7 +125,12 @@ class Timeline:
         return ((self.last_byte or perf_counter()) - self.received) * 1000.0
 
     def rtt_ms(self) -> float | None:
-        return self.upstream_rtt.best_ms if self.upstream_rtt is not None else None
+        """The round trip to the model: the socket's, and what the upstream declares lies beyond it (a
+        simulated region's distance, a gateway's own round trip to its upstream)."""
+        if self.upstream_rtt is None:
+            return None
+        measured = self.upstream_rtt.best_ms
+        return measured + beyond_socket_ms(self.declared) if self.declared else measured
 
     def server_timing(self) -> str:
         """The `Server-Timing` header value, sent with the response headers: what is known by then."""
@@ -135,6 +149,9 @@ class Timeline:
             timing += f", floor;dur={self.floor_ms:.2f}"
         if self.client_rtt is not None:
             timing += f", client-rtt;dur={self.client_rtt.smoothed_ms:.2f}"
+        cold = self.declared.get("cold")
+        if cold:  # the upstream's cold start, so that whoever reads this header can name it too
+            timing += f", cold;dur={cold:.2f}"
         return timing
 
     def closing_comment(self) -> bytes:

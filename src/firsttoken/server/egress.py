@@ -137,7 +137,7 @@ async def _open(link: UpstreamLink, request: UpstreamRequest, timeline: Timeline
     timeline.opened(connector.handshake(response))
     timeline.upstream_rtt = UPSTREAM_RTT.rtt(getattr(protocol_of(response), "transport", None),
                                              timeline.first_byte, fresh=not timeline.reused)
-    timeline.upstream_timing = response.headers.get("Server-Timing")
+    timeline.upstream_said(response.headers.get("Server-Timing"))
     return response
 
 

@@ -47,7 +47,8 @@ class Endpoint:
     region: Place | None
 
     def headers(self) -> dict[str, str]:
-        headers = {"content-type": "application/json", "accept": "text/event-stream"}
+        # A trace measures the way to the model: a cache on the way (a gateway's) is asked to let it through.
+        headers = {"content-type": "application/json", "accept": "text/event-stream", "cache-control": "no-cache"}
         if self.api == "anthropic":
             headers["anthropic-version"] = ANTHROPIC_VERSION
             if self.key:

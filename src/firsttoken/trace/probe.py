@@ -16,9 +16,11 @@ import aiohttp
 import orjson
 
 from firsttoken.answers import is_token_bearing
-from firsttoken.journey.attribution import parse_server_timing
+from firsttoken.cache.outcome import CacheOutcome
+from firsttoken.journey.server_timing import parse_server_timing
 from firsttoken.journey.tcp_info import rtt_of
 from firsttoken.journey.timeline import Timeline
+from firsttoken.server.usage import note_stream_usage
 from firsttoken.sse import EventSplitter, data_field
 from firsttoken.trace.endpoint import Endpoint
 from firsttoken.upstream.connector import TimedConnector, protocol_of
@@ -64,8 +66,11 @@ async def probe(client: aiohttp.ClientSession, target: Endpoint, body: dict[str,
         timeline.first_byte = perf_counter()
         timeline.status = response.status
         timeline.opened(connector.handshake(response))
-        timeline.upstream_timing = response.headers.get("Server-Timing")
-        run.declared.update(parse_server_timing(timeline.upstream_timing))
+        timeline.upstream_said(response.headers.get("Server-Timing"))
+        run.declared.update(timeline.declared)
+        timeline.request_id = response.headers.get("x-request-id", "")
+        if cache := response.headers.get("x-firsttoken-cache"):  # a firsttoken gateway: what its cache did
+            timeline.cache, timeline.similarity = CacheOutcome.read(cache)
         transport = getattr(protocol_of(response), "transport", None)
         if response.status != 200:
             run.error = target.redact(_error_message(await response.read(), response.status))
@@ -128,16 +133,15 @@ def _note(chunk: Any, timeline: Timeline, api: str) -> bool:
         if isinstance(usage, dict):
             if isinstance(usage.get("input_tokens"), int):
                 timeline.input_tokens = usage["input_tokens"]
+            if isinstance(usage.get("cache_read_input_tokens"), int):
+                timeline.cached_tokens = usage["cache_read_input_tokens"]
             if kind == "message_delta" and isinstance(usage.get("output_tokens"), int):
                 timeline.output_tokens = usage["output_tokens"]
         bearing = kind == "content_block_delta" and (chunk.get("delta") or {}).get("type") in _ANTHROPIC_DELTAS
     else:
         usage = chunk.get("usage")
         if isinstance(usage, dict):
-            if isinstance(usage.get("completion_tokens"), int):
-                timeline.output_tokens = usage["completion_tokens"]
-            if isinstance(usage.get("prompt_tokens"), int):
-                timeline.input_tokens = usage["prompt_tokens"]
+            note_stream_usage(timeline, usage)
         bearing = is_token_bearing(chunk)
     if bearing:
         timeline.token_events += 1

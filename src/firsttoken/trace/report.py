@@ -26,6 +26,7 @@ def run_facts(run: Run, journey: Journey | None = None) -> dict[str, Any]:
     journey = journey or attribute(run.timeline)
     t, p, h = run.timeline, journey.phases, run.timeline.handshake
     return {
+        "request_id": t.request_id or None,  # the endpoint's x-request-id: a firsttoken gateway's journey id
         "connection": "warm" if t.reused else "cold",
         "status": t.status,
         "error": run.error,
@@ -48,6 +49,7 @@ def run_facts(run: Run, journey: Journey | None = None) -> dict[str, Any]:
         "connection_reused": t.reused,
         "floor_ms": _ms(p.floor),
         "endpoint_timing": run.declared,
+        "cache": journey.cache,  # a firsttoken gateway's x-firsttoken-cache (bypass from any other endpoint)
         "verdict": run.error or journey.verdict,
     }
 
@@ -133,6 +135,11 @@ def _verdict(fact: dict[str, Any]) -> Text:
 def _distance(trace: Trace, facts: list[dict[str, Any]]) -> Text:
     rtts = [f["rtt_ms"] for f in facts if f["rtt_ms"] is not None]
     measured = f"measured round trip {min(rtts):.0f} ms" if rtts else "no round trip measured (not a TCP path)"
+    floors = [f["floor_ms"] for f in facts if f["floor_ms"] is not None]
+    if trace.floor_ms is None and floors:  # a gateway in front told its floor from where it stands
+        tax = f", distance tax {min(rtts) - floors[0]:.0f} ms (route and congestion)" if rtts else ""
+        return Text.assemble(("floor ", "bold"), "from the gateway to its upstream: ",
+                             (f"{floors[0]:.0f} ms", "bold green"), f" a round trip in fibre; {measured}{tax}.")
     if trace.floor_ms is None:
         missing = [] if trace.origin else ["--from CITY (or `location` in firsttoken.yaml)"]
         missing += [] if trace.target.region else ["--region CODE (this endpoint's region is not known)"]
