@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import gc
-import logging
-import os
 import sys
 from typing import Any
 
@@ -14,7 +12,7 @@ from rich.console import Console
 from firsttoken import __version__
 from firsttoken import config as config_module
 from firsttoken.cache.command import cache
-from firsttoken.config import NOTHING_CONFIGURED, SIM_UPSTREAM, ConfigError, Settings
+from firsttoken.config import ConfigError
 
 err = Console(stderr=True, highlight=False)
 
@@ -36,9 +34,14 @@ main.add_command(cache)
 @click.option("--port", type=int, default=None, help="Port to listen on (default 8787).")
 @click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
               help="Worker processes sharing the port.")
-def serve(config_path: str | None, host: str | None, port: int | None, workers: int) -> None:
+@click.option("--access-log", "access_log", is_flag=True, default=None,
+              help="A line per request on stderr (listen.access_log in the config).")
+def serve(config_path: str | None, host: str | None, port: int | None, workers: int,
+          access_log: bool | None) -> None:
     """Run the gateway."""
     overrides: dict[str, Any] = {}
+    if access_log:
+        overrides["listen.access_log"] = True
     if host is not None:
         overrides["listen.host"] = host
     if port is not None:
@@ -54,8 +57,19 @@ def serve(config_path: str | None, host: str | None, port: int | None, workers: 
                   f"127.0.0.1, or set listen.allow_unauthenticated: true if something else guards it.",
                   markup=False, soft_wrap=True)
         sys.exit(2)
-    _banner(settings, workers)
-    _run(settings, config_path, workers)
+    from firsttoken import last_serve
+    from firsttoken.banner import banner
+    from firsttoken.server.launch import ListenError, bind
+    from firsttoken.server.launch import serve as serve_on
+
+    try:
+        sock = bind(settings.listen.host, settings.listen.port)
+    except ListenError as exc:
+        err.print(f"firsttoken: {exc}", markup=False, soft_wrap=True)
+        sys.exit(2)
+    banner(settings, workers, err)
+    last_serve.note(settings.journeys.log)
+    serve_on(settings, config_path, workers, sock)
 
 
 def _fault_flags(stall: str | None, fail: str | None, queue_ms: float | None) -> dict[str, Any]:
@@ -180,64 +194,48 @@ def journeys(config_path: str | None, log_path: str | None, since: str | None, m
              as_json: bool) -> None:
     """Percentiles per upstream and where the time went, from the journey log."""
     import json
-    from pathlib import Path
 
     from firsttoken.journey import log as journey_log
-    from firsttoken.journey.summary import parse_since, summarise
+    from firsttoken.journey.report import print_summary
+    from firsttoken.journey.summary import parse_since, summarise, unknown_models
 
+    log_path = _journey_log(config_path, log_path)
+    try:
+        start = parse_since(since) if since else None
+    except ValueError as exc:
+        err.print(f"firsttoken journeys: {exc}", markup=False)
+        sys.exit(2)
+    rows = journey_log.read(log_path, start, model)
+    summary, unknown = summarise(rows), unknown_models(rows)
+    if as_json:
+        click.echo(json.dumps({"log": log_path, "since": start, "model": model, "upstreams": summary,
+                               "unknown_models": unknown}, indent=2))
+        return
+    print_summary(summary, unknown, log_path, Console(highlight=False))
+
+
+def _journey_log(config_path: str | None, log_path: str | None) -> str:
+    """The log to read: --log; else the one the settings name, as `serve` finds them; else, when that is not
+    here and nothing was named, the log of the gateway last started on this machine, wherever it runs."""
+    import os
+
+    from firsttoken import last_serve
+
+    named = log_path is not None or config_path is not None
     if log_path is None:
         try:
             log_path = config_module.load(config_path).journeys.log
         except ConfigError as exc:
             err.print(f"firsttoken journeys: {exc}", markup=False, soft_wrap=True)
             sys.exit(2)
-    if not log_path or not Path(log_path).is_file():
-        err.print(f"firsttoken journeys: no journey log at {log_path}; the gateway writes one where its "
-                  f"journeys.log says (default firsttoken-journeys.db in its working directory).", markup=False,
-                  soft_wrap=True)
+    if not (log_path and os.path.isfile(log_path)) and not named:
+        log_path = last_serve.journey_log() or log_path
+    if not log_path or not os.path.isfile(log_path):
+        err.print(f"firsttoken journeys: no journey log at {os.path.abspath(log_path) if log_path else 'all'}; "
+                  f"the gateway writes one where its journeys.log says (default firsttoken-journeys.db in the "
+                  f"directory where `firsttoken serve` runs); name it with --log.", markup=False, soft_wrap=True)
         sys.exit(2)
-    try:
-        start = parse_since(since) if since else None
-    except ValueError as exc:
-        err.print(f"firsttoken journeys: {exc}", markup=False)
-        sys.exit(2)
-    summary = summarise(journey_log.read(log_path, start, model))
-    if as_json:
-        click.echo(json.dumps({"log": str(log_path), "since": start, "model": model, "upstreams": summary}, indent=2))
-        return
-    _print_journeys(summary, str(log_path))
-
-
-def _print_journeys(summary: dict[str, dict[str, Any]], log_path: str) -> None:
-    from rich.table import Table
-
-    out = Console(highlight=False)
-    if not summary:
-        out.print(f"No journeys in {log_path} for that selection.")
-        return
-
-    def ms(entry: dict[str, Any], phase: str, q: str = "p50") -> str:
-        value = entry[phase][q]
-        return "—" if value is None else (f"{value / 1000:.2f} s" if value >= 10_000 else f"{value:.0f} ms"
-                                          if value >= 10 else f"{value:.1f} ms")
-
-    latency = Table(title=f"Journeys in {log_path}", title_justify="left")
-    for column in ("upstream", "requests", "errors", "retried", "hedge wins", "ttft p50", "ttft p95", "e2e p50",
-                   "e2e p95", "tok/s"):
-        latency.add_column(column, justify="left" if column == "upstream" else "right")
-    for name, e in summary.items():
-        rate = e["tokens_per_s"]["p50"]
-        latency.add_row(name, str(e["requests"]), str(e["errors"]), str(e["retried"]), str(e["hedge_wins"]),
-                        ms(e, "ttft"), ms(e, "ttft", "p95"),
-                        ms(e, "e2e"), ms(e, "e2e", "p95"), "—" if rate is None else f"{rate:.0f}")
-    out.print(latency)
-    phases = Table(title="Where the time went (medians)", title_justify="left")
-    for column in ("upstream", "client rtt", "gateway", "connect", "rtt", "floor", "queue+prefill", "decode"):
-        phases.add_column(column, justify="left" if column == "upstream" else "right")
-    for name, e in summary.items():
-        phases.add_row(name, *(ms(e, p) for p in ("client rtt", "gateway", "connect", "rtt", "floor",
-                                                  "queue+prefill", "decode")))
-    out.print(phases)
+    return os.path.abspath(log_path)
 
 
 @main.command()
@@ -312,78 +310,6 @@ def _fast_loop() -> Any:
 
         return asyncio.new_event_loop()
     return uvloop.new_event_loop()
-
-
-def _banner(settings: Settings, workers: int) -> None:
-    listen = settings.listen
-    err.print(f"[bold]firsttoken {__version__}[/] listening on http://{listen.host}:{listen.port}/v1 "
-              f"({workers} worker{'s' if workers > 1 else ''}; settings from {settings.source})")
-    for name, upstream in settings.upstreams.items():
-        region = f", GPUs in {upstream.region}" if upstream.region else ""
-        err.print(f"  upstream [cyan]{name}[/]: {upstream.api} at {upstream.public_url}{region}")
-    simulated = settings.simulated
-    if simulated is not None:
-        err.print(f"  upstream [cyan]{SIM_UPSTREAM}[/]: a simulated region in this process: {simulated.describe()}")
-        if workers > 1:
-            err.print(f"  note: each of the {workers} workers runs its own simulated region (its own GPUs and "
-                      f"rate limits); run `firsttoken sim` once and point an upstream at it to share one")
-        if not settings.upstreams:
-            click.echo(NOTHING_CONFIGURED, err=True)  # already wrapped for a terminal
-            model = simulated.models[0]
-            err.print(f"  try: curl -N http://{listen.host}:{listen.port}/v1/chat/completions -H 'content-type: "
-                      f"application/json' -d '{{\"model\": \"{model}\", \"stream\": true, \"messages\": "
-                      f"[{{\"role\": \"user\", \"content\": \"hello\"}}]}}'", markup=False, soft_wrap=True)
-    for alias, targets in settings.models.items():
-        err.print(f"  model [cyan]{alias}[/] → {', '.join(targets)}")
-    if settings.keys:
-        err.print(f"  client keys: {', '.join(k.name for k in settings.keys)}")
-    journeys = settings.journeys
-    where = [f"log {journeys.log}"] if journeys.log else []
-    if journeys.otlp is not None:
-        where.append(f"OTLP spans to {journeys.otlp.endpoint} as {journeys.otlp.service_name}")
-    err.print(f"  journeys: {'; '.join(where) or 'kept in memory only'}", markup=False, soft_wrap=True)
-    if workers > 1:
-        err.print(f"  note: /metrics and /v1/journeys answer for the one of the {workers} workers that takes the "
-                  f"request (each keeps its own); the journey log and OTLP export have every worker's journeys")
-    cache = settings.cache
-    if not cache.enabled:
-        err.print("  cache: off", markup=False)
-    else:
-        from firsttoken.redis_guard import redacted  # the URL without its userinfo or query (a password)
-
-        where = {"sqlite": cache.path, "memory": "memory",
-                 "redis": f"Redis at {redacted(cache.url or '')}"}[cache.backend]
-        scope = "shared by all client keys" if cache.shared else "one per client key"
-        semantic = f"; paraphrases too (similarity ≥ {cache.similarity}, {cache.embedding})" if cache.semantic else ""
-        err.print(f"  cache: exact, in {where}, {scope}, TTL {cache.ttl} s{semantic}", markup=False, soft_wrap=True)
-
-
-def _run(settings: Settings, config_path: str | None, workers: int) -> None:
-    import uvicorn
-
-    from firsttoken.server.fd_limit import raise_fd_limit
-    from firsttoken.server.protocol import http_protocol
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    raise_fd_limit(settings)  # the workers inherit it
-    # httptools with header and body deadlines and a bound on waiting connections; it pickles into the
-    # worker processes with the settings it closes over
-    options: dict[str, Any] = dict(host=settings.listen.host, port=settings.listen.port,
-                                   http=http_protocol(settings.limits),
-                                   loop="uvloop", lifespan="on", access_log=False, log_level="warning",
-                                   timeout_keep_alive=75, server_header=False, date_header=False,
-                                   proxy_headers=False)  # we trust no X-Forwarded-* by default
-    if workers == 1:
-        from firsttoken.server.app import create_app
-
-        uvicorn.run(create_app(settings), **options)
-        return
-    # Each worker builds its own gateway (its own pools and loop) from the same settings.
-    if config_path:
-        os.environ["FIRSTTOKEN_CONFIG"] = os.path.abspath(config_path)
-    os.environ["FIRSTTOKEN_HOST"] = settings.listen.host
-    os.environ["FIRSTTOKEN_PORT"] = str(settings.listen.port)
-    uvicorn.run("firsttoken.server.app:app_from_environment", factory=True, workers=workers, **options)
 
 
 if __name__ == "__main__":

@@ -59,6 +59,8 @@ class Listen(_Strict):
     # Without client keys the gateway is an open relay for the upstream keys it holds, so binding
     # beyond loopback needs this said out loud.
     allow_unauthenticated: bool = False
+    access_log: bool = Field(False, description="a line per request on stderr: id, method, path, status, route, "
+                                                "cache, ttft, e2e")
 
 
 class Timeouts(_Strict):
@@ -488,13 +490,12 @@ OFFLINE_MODELS = ("llama-3.1-8b", "bge-small-en-v1.5")  # a chat model, and an e
 OFFLINE_REGION = "aws:us-east-1"
 OFFLINE_LOCATION = "lagos"
 
-NOTHING_CONFIGURED = """\
-No upstream is configured, so the gateway serves a simulated region in this process.
-For real providers, set a provider key in the environment (OPENAI_API_KEY,
-ANTHROPIC_API_KEY, GROQ_API_KEY, OPENROUTER_API_KEY, TOGETHER_API_KEY,
-MISTRAL_API_KEY, DEEPSEEK_API_KEY or GEMINI_API_KEY), or write a firsttoken.yaml
-with an `upstreams:` entry such as `local: {url: http://127.0.0.1:8000/v1}` for
-any OpenAI-compatible server (vLLM, Ollama, llama.cpp) and pass it with --config."""
+NOTHING_CONFIGURED = (  # one paragraph: the terminal's width decides where it wraps
+    "No upstream is configured, so the gateway serves a simulated region in this process. For real providers, "
+    "set a provider key in the environment (OPENAI_API_KEY, ANTHROPIC_API_KEY, GROQ_API_KEY, OPENROUTER_API_KEY, "
+    "TOGETHER_API_KEY, MISTRAL_API_KEY, DEEPSEEK_API_KEY or GEMINI_API_KEY), or write a firsttoken.yaml with an "
+    "`upstreams:` entry such as `local: {url: http://127.0.0.1:8000/v1}` for any OpenAI-compatible server (vLLM, "
+    "Ollama, llama.cpp) and pass it with --config.")
 
 
 # --- loading ------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -26,6 +27,7 @@ from support.openai_upstream import UPSTREAM_KEY
 def serve_alone(workdir: Path) -> Iterator[tuple[str, TextIO]]:
     """`firsttoken serve` with no config file, no key in the environment, in `workdir`: (its URL, its output)."""
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and k != "FIRSTTOKEN_CONFIG"}
+    env["COLUMNS"] = "200"  # a banner line each (80 columns: tests/test_banner.py)
     port = free_port()
     log = (workdir / "serve.log").open("a+")
     process = subprocess.Popen([sys.executable, "-m", "firsttoken", "serve", "--port", str(port)], cwd=workdir,
@@ -87,7 +89,7 @@ def test_serve_alone_answers_repeats_and_paraphrases_from_the_edge_across_a_rest
         assert outcome.startswith("semantic-hit; similarity=0.") and again == answer and seconds < crossed
         assert ask(url, "How do I cook rice?")[0] == "miss"  # a different question is not served beans
         log.seek(0)
-        assert "cache: exact, in firsttoken-cache.db" in log.read()
+        assert f"exact and paraphrases, in {tmp_path / 'firsttoken-cache.db'}" in log.read()
     assert (tmp_path / "firsttoken-cache.db").is_file()  # where serve runs: it survives a restart
     with serve_alone(tmp_path) as (url, _):
         assert ask(url, "How do I cook beans?")[:2] == ("hit", answer)
@@ -99,7 +101,7 @@ def test_cache_false_turns_the_edge_cache_off(tmp_path: Path) -> None:
     with serve_alone(tmp_path) as (url, log):
         assert [ask(url, "How do I cook beans?")[0] for _ in range(2)] == ["bypass", "bypass"]
         log.seek(0)
-        assert "cache: off" in log.read()
+        assert re.search(r"^  cache +off *$", log.read(), re.MULTILINE)
     assert not (tmp_path / "firsttoken-cache.db").exists()
 
 

@@ -57,7 +57,8 @@ class GatewayProcess:
         self.config_path = workdir / "firsttoken.yaml"
         self.config_path.write_text(yaml.safe_dump(settings))
         self.log_path = workdir / "gateway.log"
-        self.env = {**os.environ, **(env or {})}
+        # where `serve` notes its journey log for `firsttoken journeys`: the test's, not the user's
+        self.env = {**os.environ, "XDG_STATE_HOME": str(workdir / "state"), **(env or {})}
         self.args = args or []
         self.wait_ready = wait_ready
         self.process: subprocess.Popen[bytes] | None = None

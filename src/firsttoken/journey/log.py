@@ -34,7 +34,8 @@ CREATE TABLE IF NOT EXISTS journeys (
     hedge TEXT,                     -- hedge-of=<first target> when a hedge won; hedged-by=<hedge> when it lost
     error_code TEXT, error TEXT,    -- how it failed: an error answered, or a stream broken after its 200
     cached_tokens INTEGER,          -- of the input, what the provider's prompt cache served
-    api TEXT                        -- the API the client spoke: chat | messages | responses | embeddings
+    api TEXT,                       -- the API the client spoke: chat | messages | responses | embeddings
+    cache_outcome TEXT              -- what the edge cache did: bypass | miss | hit | semantic-hit | hit; joined
 );
 CREATE INDEX IF NOT EXISTS journeys_at ON journeys (at);
 """
@@ -42,10 +43,10 @@ CREATE INDEX IF NOT EXISTS journeys_at ON journeys (at);
 COLUMNS = ("id", "at", "tenant", "model", "route", "upstream", "stream", "status", "attempts", "reused",
            "client_rtt", "gateway", "cache", "connect", "ttfb", "rtt", "floor", "distance_tax", "queue_prefill",
            "ttft", "decode", "e2e", "output_tokens", "tokens_per_s", "itl_max", "upstream_timing", "hedge",
-           "error_code", "error", "pool", "cached_tokens", "api")
+           "error_code", "error", "pool", "cached_tokens", "api", "cache_outcome")
 # Columns added since the first schema, which a file written before them gains when it is opened.
 _ADDED = {"hedge": "TEXT", "error_code": "TEXT", "error": "TEXT", "pool": "REAL", "cached_tokens": "INTEGER",
-          "api": "TEXT"}
+          "api": "TEXT", "cache_outcome": "TEXT"}
 
 # Rows go in as multi-row INSERTs of 2**k rows each (at most 256: 6 656 parameters, under SQLite's
 # 32 766): sqlite3 lets go of the GIL once per statement, and executemany's once per row made the
@@ -82,7 +83,7 @@ def row(timeline: Timeline, p: Phases, at: float) -> tuple[Any, ...]:
             p.ttft, p.decode, p.e2e, timeline.output_tokens, tokens_per_s(timeline, p),
             timeline.max_gap * 1000.0 if timeline.token_events > 1 else None, timeline.upstream_timing,
             timeline.hedge.decode().removeprefix("; ") or None, timeline.error_code or None, timeline.error or None,
-            p.pool, timeline.cached_tokens, timeline.api)
+            p.pool, timeline.cached_tokens, timeline.api, timeline.cache.value)
 
 
 class JourneyLog:
@@ -119,7 +120,10 @@ def read(path: str | Path, since: float | None = None, model: str | None = None)
     """Journeys from a log file, oldest first, as dicts keyed by COLUMNS."""
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
     try:
-        query, args = f"SELECT {', '.join(COLUMNS)} FROM journeys WHERE 1=1", []
+        # A log written before a column was added lacks it until a gateway opens it for writing: NULL then.
+        present = {column for _, column, *_ in db.execute("PRAGMA table_info(journeys)")}
+        selected = ", ".join(column if column in present else f"NULL AS {column}" for column in COLUMNS)
+        query, args = f"SELECT {selected} FROM journeys WHERE 1=1", []
         if since is not None:
             query += " AND at >= ?"
             args.append(since)

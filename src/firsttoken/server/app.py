@@ -38,6 +38,7 @@ from firsttoken.routing.metrics import RoutingCollector
 from firsttoken.routing.router import Router
 from firsttoken.routing.sizing import TaskRouter
 from firsttoken.routing.targets import TargetResolver
+from firsttoken.server import access_log
 from firsttoken.server.admission import Admission
 from firsttoken.server.auth import ClientKeys
 from firsttoken.server.catalog import Catalog, speaks_anthropic
@@ -111,6 +112,7 @@ class Gateway:
         ops = Ops(keys, journeys, self.sink, self.metrics, router, self.keep_warm, upstreams)
         self.client_rtt = RttReader()
         self.cors = Cors(settings.cors.origins) if settings.cors is not None else None
+        self.access_log = settings.listen.access_log
         # request ids: a per-process random prefix and a counter; unique without a syscall per request
         self._id_prefix = os.urandom(6).hex().encode()
         self._ids = itertools.count(1)
@@ -210,6 +212,8 @@ class Gateway:
                 await cors.preflight(scope, send, origin)
                 return
             base += cors.headers(origin)
+        if self.access_log:
+            send = access_log.watching(send, timeline)
         methods = self.routes.get(scope["path"])
         if methods is None:
             methods = next((m for prefix, m in self.prefix_routes.items() if scope["path"].startswith(prefix)), None)
@@ -247,6 +251,8 @@ class Gateway:
             if timeline.tenant:  # a journey: it reached the point of being somebody's request
                 timeline.last_byte = timeline.last_byte or perf_counter()
                 self.sink.put(timeline)
+            if self.access_log:
+                access_log.record(scope, timeline)
 
 
     def _error_format(self, scope: Scope) -> ClientFormat:
@@ -286,6 +292,8 @@ def app_from_environment() -> Gateway:
         overrides["listen.host"] = os.environ["FIRSTTOKEN_HOST"]
     if os.environ.get("FIRSTTOKEN_PORT"):
         overrides["listen.port"] = int(os.environ["FIRSTTOKEN_PORT"])
+    if os.environ.get("FIRSTTOKEN_ACCESS_LOG") == "1":
+        overrides["listen.access_log"] = True
     return Gateway(config_module.load(os.environ.get("FIRSTTOKEN_CONFIG") or None, overrides=overrides))
 
 
