@@ -283,6 +283,19 @@ class CorsSettings(_Strict):
                                                          "(https://app.example.com), or '*' for any")
 
 
+class DashboardSettings(_Strict):
+    enabled: bool = Field(True, description="serve /dashboard, the live view of every journey")
+    admin_key: SecretStr | None = Field(None, description="with client keys configured, the dashboard's data is "
+                                                          "shown only to this key (never to a client's)")
+
+    @field_validator("admin_key")
+    @classmethod
+    def _long_enough(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < 16:
+            raise ValueError("must be at least 16 characters: it unlocks every tenant's journeys")
+        return value
+
+
 class Otlp(_Strict):
     endpoint: str = Field(description="the collector's OTLP/HTTP URL: http://host:4318 (/v1/traces is added)")
     headers: dict[str, SecretStr] = Field(default_factory=dict, description="sent with every export (API keys)")
@@ -330,6 +343,7 @@ class Settings(_Strict):
     responses: ResponsesSettings = Field(default_factory=ResponsesSettings)
     sim: SimSettings | None = None  # an in-process simulated region; the upstream when none is configured
     cors: CorsSettings | None = None  # off unless set: browser apps from these origins may call the gateway
+    dashboard: DashboardSettings = Field(default_factory=DashboardSettings)
     _source: str = PrivateAttr("defaults")  # where the settings came from, for the start-up banner
 
     _location = field_validator("location")(lambda cls, value: _known_place(value))
@@ -373,6 +387,9 @@ class Settings(_Strict):
         names = [k.name for k in self.keys]
         if len(names) != len(set(names)):
             raise ValueError("keys: each client key needs its own name")
+        admin = self.dashboard.admin_key
+        if admin is not None and any(k.key.get_secret_value() == admin.get_secret_value() for k in self.keys):
+            raise ValueError("dashboard.admin_key: it is also a client key; give the dashboard a key of its own")
         return self
 
     @property
@@ -408,6 +425,8 @@ class Settings(_Strict):
         if self.journeys.otlp is not None:
             found += [value.get_secret_value() for value in self.journeys.otlp.headers.values()]
         found += _url_secrets(self.limits.redis or "") + _url_secrets(self.cache.url or "")
+        if self.dashboard.admin_key is not None:
+            found.append(self.dashboard.admin_key.get_secret_value())
         return found
 
 

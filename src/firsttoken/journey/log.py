@@ -35,7 +35,7 @@ CREATE TABLE IF NOT EXISTS journeys (
     error_code TEXT, error TEXT,    -- how it failed: an error answered, or a stream broken after its 200
     cached_tokens INTEGER,          -- of the input, what the provider's prompt cache served
     api TEXT,                       -- the API the client spoke: chat | messages | responses | embeddings
-    cache_outcome TEXT              -- what the edge cache did: bypass | miss | hit | semantic-hit | hit; joined
+    cache_outcome TEXT              -- x-firsttoken-cache: bypass, miss, hit, hit; joined, semantic-hit; similarity=…
 );
 CREATE INDEX IF NOT EXISTS journeys_at ON journeys (at);
 """
@@ -83,7 +83,7 @@ def row(timeline: Timeline, p: Phases, at: float) -> tuple[Any, ...]:
             p.ttft, p.decode, p.e2e, timeline.output_tokens, tokens_per_s(timeline, p),
             timeline.max_gap * 1000.0 if timeline.token_events > 1 else None, timeline.upstream_timing,
             timeline.hedge.decode().removeprefix("; ") or None, timeline.error_code or None, timeline.error or None,
-            p.pool, timeline.cached_tokens, timeline.api, timeline.cache.value)
+            p.pool, timeline.cached_tokens, timeline.api, timeline.cache.header(timeline.similarity).decode())
 
 
 class JourneyLog:
@@ -116,8 +116,9 @@ class JourneyLog:
         self.db.close()
 
 
-def read(path: str | Path, since: float | None = None, model: str | None = None) -> list[dict[str, Any]]:
-    """Journeys from a log file, oldest first, as dicts keyed by COLUMNS."""
+def read(path: str | Path, since: float | None = None, model: str | None = None,
+         newest: int | None = None) -> list[dict[str, Any]]:
+    """Journeys from a log file, oldest first, as dicts keyed by COLUMNS (only the `newest` ones, if given)."""
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
     try:
         # A log written before a column was added lacks it until a gateway opens it for writing: NULL then.
@@ -130,6 +131,10 @@ def read(path: str | Path, since: float | None = None, model: str | None = None)
         if model is not None:
             query += " AND (model = ? OR route LIKE ?)"
             args += [model, f"%/{model}"]
-        return [dict(zip(COLUMNS, r, strict=True)) for r in db.execute(query + " ORDER BY at", args)]
+        if newest is not None:
+            rows = db.execute(query + " ORDER BY at DESC LIMIT ?", [*args, newest]).fetchall()[::-1]
+        else:
+            rows = db.execute(query + " ORDER BY at", args).fetchall()
+        return [dict(zip(COLUMNS, r, strict=True)) for r in rows]
     finally:
         db.close()

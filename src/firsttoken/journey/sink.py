@@ -27,6 +27,7 @@ from time import perf_counter
 from typing import Any
 
 from firsttoken.journey.attribution import Phases, phases
+from firsttoken.journey.feed import JourneyFeed
 from firsttoken.journey.log import JourneyLog, row
 from firsttoken.journey.metrics import Metrics
 from firsttoken.journey.otlp import OtlpExporter
@@ -52,6 +53,7 @@ class JourneySink:
         self.written = 0
         self.exported = 0
         self._batch: list[Timeline] = []
+        self.feed: JourneyFeed | None = None  # live watchers (the dashboard), when the gateway has any
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="journey-log", daemon=True)
@@ -76,6 +78,7 @@ class JourneySink:
         batch, self._batch = self._batch, []
         now_wall, now = time.time(), perf_counter()
         observe, keep_rows, keep_spans = self.metrics.observe, self.log is not None, self.spans is not None
+        feed = self.feed if self.feed is not None and self.feed.watched else None
         for timeline in batch:
             p = phases(timeline)[0]
             observe(timeline, p)
@@ -84,6 +87,8 @@ class JourneySink:
                 self._hand_off(self._rows, row(timeline, p, now_wall - (now - timeline.received)))
             if keep_spans:
                 self._hand_off(self._finished, (timeline, p))
+            if feed is not None:
+                feed.publish(timeline, now_wall - (now - timeline.received))
 
     def _hand_off(self, queue: deque[Any], item: Any) -> None:
         if len(queue) >= self._capacity:

@@ -39,7 +39,7 @@ def percentile(values: list[float], q: float) -> float | None:
 
 EDGE_CACHE = "edge cache"  # journeys answered at the edge: no upstream saw them
 NOT_ROUTED = "(not routed)"  # refused before any upstream was chosen (a limit, a bad request)
-_FROM_CACHE = ("hit", "semantic-hit", "hit; joined")
+_FROM_CACHE = ("hit", "semantic-hit")  # "hit; joined" too: its first word
 UNKNOWN_MODEL = "model_not_found"
 
 
@@ -76,4 +76,5 @@ def unknown_models(rows: list[dict[str, Any]]) -> dict[str, int]:
 def _where(row: dict[str, Any]) -> str:
     if row["upstream"]:
         return str(row["upstream"])
-    return EDGE_CACHE if row.get("cache_outcome") in _FROM_CACHE else NOT_ROUTED
+    outcome = (row.get("cache_outcome") or "").partition(";")[0]  # "semantic-hit; similarity=0.96" → semantic-hit
+    return EDGE_CACHE if outcome in _FROM_CACHE else NOT_ROUTED

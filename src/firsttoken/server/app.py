@@ -24,6 +24,7 @@ from firsttoken.formats.client import ClientFormat
 from firsttoken.formats.messages import MESSAGES
 from firsttoken.formats.response_store import ResponseStore
 from firsttoken.formats.responses import ResponsesFormat
+from firsttoken.journey.feed import JourneyFeed
 from firsttoken.journey.log import JourneyLog
 from firsttoken.journey.metrics import Metrics
 from firsttoken.journey.otlp import OtlpExporter
@@ -45,6 +46,7 @@ from firsttoken.server.catalog import Catalog, speaks_anthropic
 from firsttoken.server.chat import Generation
 from firsttoken.server.cors import Cors, is_preflight
 from firsttoken.server.count_tokens import CountTokens
+from firsttoken.server.dashboard import Dashboard
 from firsttoken.server.egress import Egress
 from firsttoken.server.http import (
     ClientDisconnected,
@@ -139,6 +141,15 @@ class Gateway:
         self.error_formats: dict[str, ClientFormat] = {
             path: MESSAGES for path in ("/v1/messages", "/messages", "/v1/messages/count_tokens",
                                         "/messages/count_tokens")}
+        if settings.dashboard.enabled:
+            self.sink.feed = JourneyFeed()
+            dashboard = Dashboard(settings, keys, journeys, self.sink.feed, router, self.keep_warm, upstreams)
+            self.routes["/dashboard"] = {"GET": dashboard.page}
+            self.routes["/dashboard/"] = {"GET": dashboard.page}
+            for name, handler in (("state", dashboard.state), ("recent", dashboard.recent),
+                                  ("history", dashboard.history), ("events", dashboard.events)):
+                self.routes[f"/dashboard/api/{name}"] = {"GET": handler}
+            self.prefix_routes["/dashboard/assets/"] = {"GET": dashboard.asset}
         self.routes["/metrics"] = {"GET": ops.prometheus}
         self.routes["/healthz"] = {"GET": ops.healthz}
         self.routes["/readyz"] = {"GET": ops.readyz}

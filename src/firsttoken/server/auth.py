@@ -20,7 +20,7 @@ class ClientKeys:
         """The name of the calling key; raises 401 when keys are configured and this one is not."""
         if not self._names:
             return ANONYMOUS
-        presented = _presented_key(scope)
+        presented = presented_key(scope)
         if presented is None:
             raise unauthorized("No API key was sent. Send this gateway's client key as "
                                "'Authorization: Bearer <key>' (the OpenAI SDK's api_key).")
@@ -30,12 +30,17 @@ class ClientKeys:
                                "your app sends (the OpenAI SDK's api_key) against the gateway's keys:.")
         return name
 
+    def knows(self, key: bytes) -> bool:
+        """Whether `key` is one of the client keys."""
+        return _digest(key) in self._names
+
     def __bool__(self) -> bool:
         """Whether any keys are configured (without them, every caller is one anonymous tenant)."""
         return bool(self._names)
 
 
-def _presented_key(scope: Scope) -> bytes | None:
+def presented_key(scope: Scope) -> bytes | None:
+    """The key the caller sent, in whichever header its SDK uses."""
     for key, value in scope["headers"]:
         if key == b"authorization":
             scheme, _, token = value.partition(b" ")
