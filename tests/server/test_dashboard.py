@@ -111,7 +111,10 @@ def test_every_journey_arrives_on_the_event_stream(open_gateway: GatewayProcess)
     assert found and found[0][0] == "state" and found[0][1]["upstreams"][0]["name"] == "sim"
     journeys = [data for name, data in found if name == "journey"]
     assert [j["request_id"] for j in journeys] == [request_id]
-    assert journeys[0]["verdict"] and abs(journeys[0]["at"] - time.time()) < 5
+    assert abs(journeys[0]["at"] - time.time()) < 5 and journeys[0]["phases"]["rtt"] > 100
+    assert journeys[0]["weight"] == 1  # a light load: every journey, whole
+    whole = httpx.get(f"{open_gateway.url}/dashboard/api/journeys/{request_id}", timeout=10).json()
+    assert whole["verdict"].startswith("most of this wait was distance") and whole["phases"] == journeys[0]["phases"]
 
 
 def test_the_data_is_locked_behind_the_admin_key(locked_gateway: GatewayProcess) -> None:

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from typing import Any
 
 import orjson
 
-from firsttoken.journey.attribution import attribute
+from firsttoken.journey.attribution import Phases, tokens_per_s
 from firsttoken.journey.timeline import Timeline
 
 WATCHER_BACKLOG = 2000  # events a watcher may fall behind by before its oldest are dropped
+LIVE_PER_S = 200  # journeys a second sent whole; past it, a weighted sample (failures always)
 
 
 class Watcher:
@@ -28,9 +30,13 @@ class Watcher:
         self._ready = asyncio.Event()
 
     def push(self, event: bytes) -> None:
-        if len(self.events) == self.events.maxlen:
-            self.dropped += 1
-        self.events.append(event)
+        self.push_all([event])
+
+    def push_all(self, events: list[bytes]) -> None:
+        overflow = len(self.events) + len(events) - WATCHER_BACKLOG
+        if overflow > 0:
+            self.dropped += overflow
+        self.events.extend(events)
         self._ready.set()
 
     def wake(self) -> None:
@@ -51,7 +57,8 @@ class Watcher:
 
 
 class JourneyFeed:
-    def __init__(self) -> None:
+    def __init__(self, batch_s: float) -> None:
+        self.batch_s = batch_s  # how often the sink publishes a batch
         self._watchers: set[Watcher] = set()
 
     @property
@@ -66,16 +73,58 @@ class JourneyFeed:
     def leave(self, watcher: Watcher) -> None:
         self._watchers.discard(watcher)
 
-    def publish(self, timeline: Timeline, at: float) -> None:
-        """A finished journey (`at`: when it arrived, unix time), to every watcher."""
-        event = sse_event("journey", {**attribute(timeline).to_dict(), "at": round(at, 3)})
+    def publish(self, finished: list[tuple[Timeline, Phases, float]]) -> None:
+        """A batch of finished journeys (each with when it arrived, unix time), to every watcher.
+
+        Past LIVE_PER_S a second, the journeys that did not fail are a uniform sample, each carrying the
+        `weight` it stands for (the page sums weights for counts; a uniform sample keeps percentiles): a page
+        cannot show thousands of rows a second, and each one costs the gateway a few µs and a socket write."""
+        budget = max(1, round(LIVE_PER_S * self.batch_s))
+        failed = [item for item in finished if item[0].error_code or item[0].status >= 400]
+        rest = [item for item in finished if not (item[0].error_code or item[0].status >= 400)]
+        room = max(1, budget - len(failed))
+        weight = 1.0
+        if len(rest) > room:
+            step = len(rest) / room
+            rest, weight = [rest[int(i * step)] for i in range(room)], round(step, 3)
+        events = [sse_event("journey", live_journey(t, p, at)) for t, p, at in failed]
+        events += [sse_event("journey", {**live_journey(t, p, at), "weight": weight}) for t, p, at in rest]
         for watcher in self._watchers:
-            watcher.push(event)
+            watcher.push_all(events)
 
     def broadcast(self, name: str, data: object) -> None:
         event = sse_event(name, data)
         for watcher in self._watchers:
             watcher.push(event)
+
+
+def live_journey(timeline: Timeline, p: Phases, at: float) -> dict[str, Any]:
+    """A journey as the live stream carries it: GET /v1/journeys/{id}'s shape, from the phases the sink has
+    already computed, without the verdict (words, made when a row is opened) or the handshake's steps.
+    Built directly: attribute() and dataclasses.asdict cost an open dashboard 60–75 µs of CPU a request
+    (bench/dashboard_cost.py); this costs a few."""
+    return {
+        "request_id": timeline.request_id, "at": round(at, 3), "operation": timeline.operation,
+        "tenant": timeline.tenant, "model": timeline.model, "route": timeline.route, "upstream": timeline.upstream,
+        "stream": timeline.stream, "status": timeline.status, "attempts": timeline.attempts,
+        "reused_connection": timeline.reused, "output_tokens": timeline.output_tokens,
+        "input_tokens": timeline.input_tokens, "cached_input_tokens": timeline.cached_tokens,
+        "token_events": timeline.token_events, "tokens_per_s": _round(tokens_per_s(timeline, p)),
+        "itl_max_ms": round(timeline.max_gap * 1000.0, 2) if timeline.token_events > 1 else None,
+        "upstream_timing": timeline.declared, "handshake": None,
+        "cache": timeline.cache.header(timeline.similarity).decode(),
+        "hedge": timeline.hedge.decode().removeprefix("; "),
+        "error": {"code": timeline.error_code, "message": timeline.error} if timeline.error_code else None,
+        "api": timeline.api, "verdict": None,
+        "phases": {"client_rtt": _round(p.client_rtt), "gateway": _round(p.gateway), "cache": _round(p.cache),
+                   "pool": _round(p.pool), "connect": _round(p.connect), "ttfb": _round(p.ttfb),
+                   "rtt": _round(p.rtt), "floor": _round(p.floor), "distance tax": _round(p.distance_tax),
+                   "queue+prefill": _round(p.queue_prefill), "ttft": _round(p.ttft), "decode": _round(p.decode),
+                   "e2e": _round(p.e2e)}}
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
 
 
 def sse_event(name: str, data: object) -> bytes:

@@ -79,6 +79,7 @@ class JourneySink:
         now_wall, now = time.time(), perf_counter()
         observe, keep_rows, keep_spans = self.metrics.observe, self.log is not None, self.spans is not None
         feed = self.feed if self.feed is not None and self.feed.watched else None
+        live: list[tuple[Timeline, Phases, float]] = []
         for timeline in batch:
             p = phases(timeline)[0]
             observe(timeline, p)
@@ -88,7 +89,9 @@ class JourneySink:
             if keep_spans:
                 self._hand_off(self._finished, (timeline, p))
             if feed is not None:
-                feed.publish(timeline, now_wall - (now - timeline.received))
+                live.append((timeline, p, now_wall - (now - timeline.received)))
+        if feed is not None and live:
+            feed.publish(live)
 
     def _hand_off(self, queue: deque[Any], item: Any) -> None:
         if len(queue) >= self._capacity:

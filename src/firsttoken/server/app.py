@@ -29,7 +29,7 @@ from firsttoken.journey.log import JourneyLog
 from firsttoken.journey.metrics import Metrics
 from firsttoken.journey.otlp import OtlpExporter
 from firsttoken.journey.recent import RecentJourneys
-from firsttoken.journey.sink import JourneySink
+from firsttoken.journey.sink import BATCH_S, JourneySink
 from firsttoken.journey.tcp_info import RttReader, client_transport
 from firsttoken.journey.timeline import Timeline
 from firsttoken.redact import Redactor, redact_logs
@@ -142,7 +142,7 @@ class Gateway:
             path: MESSAGES for path in ("/v1/messages", "/messages", "/v1/messages/count_tokens",
                                         "/messages/count_tokens")}
         if settings.dashboard.enabled:
-            self.sink.feed = JourneyFeed()
+            self.sink.feed = JourneyFeed(BATCH_S)
             dashboard = Dashboard(settings, keys, journeys, self.sink.feed, router, self.keep_warm, upstreams)
             self.routes["/dashboard"] = {"GET": dashboard.page}
             self.routes["/dashboard/"] = {"GET": dashboard.page}
@@ -150,6 +150,7 @@ class Gateway:
                                   ("history", dashboard.history), ("events", dashboard.events)):
                 self.routes[f"/dashboard/api/{name}"] = {"GET": handler}
             self.prefix_routes["/dashboard/assets/"] = {"GET": dashboard.asset}
+            self.prefix_routes["/dashboard/api/journeys/"] = {"GET": dashboard.journey}
         self.routes["/metrics"] = {"GET": ops.prometheus}
         self.routes["/healthz"] = {"GET": ops.healthz}
         self.routes["/readyz"] = {"GET": ops.readyz}

@@ -114,6 +114,18 @@ class Dashboard:
                 for t in self.journeys.latest(int(limit), None)]
         await send_json(send, 200, {"data": data}, [*base, (b"cache-control", b"no-store")])
 
+    async def journey(self, scope: Scope, receive: Receive, send: Send, base: Headers, timeline: Timeline) -> None:
+        """One journey in memory, whole: its verdict, its handshake (the live stream carries neither)."""
+        self._allow(scope)
+        request_id = scope["path"].removeprefix("/dashboard/api/journeys/")
+        found = self.journeys.get(request_id, None)
+        if found is None:
+            raise not_found(f"No journey {request_id!r} among the last {self.journeys.capacity} requests.",
+                            code="journey_not_found")
+        at = time.time() - (perf_counter() - found.received)
+        await send_json(send, 200, {**attribute(found).to_dict(), "at": round(at, 3)},
+                        [*base, (b"cache-control", b"no-store")])
+
     async def history(self, scope: Scope, receive: Receive, send: Send, base: Headers, timeline: Timeline) -> None:
         self._allow(scope)
         since = _query_number(scope, "since", time.time() - HISTORY_S, 0, time.time())
