@@ -1,12 +1,14 @@
 """What an open dashboard costs the request path: the same gateway with no dashboard open, and with one
-reading the live event stream (every journey, as the page does), in alternating rounds.
+reading the live event stream as the page does (every journey up to 200 a second, a weighted sample past
+it), in alternating rounds.
 
     .venv/bin/python bench/dashboard_cost.py [--rounds 6] [--seconds 5]
 
 Each round starts a gateway afresh (1 worker, pinned to CPU 0) in front of the overhead benchmark's
 static nginx upstream; wrk (32 connections) and the dashboard's reader share CPU 1, as a browser would be
 elsewhere. It reports requests/s and gateway CPU per request (all its threads, from /proc) per variant,
-the ratio of the medians, and how many journeys reached the reader. A benchmark, run by hand.
+the ratio of the medians, and how many requests the journeys that reached the reader stand for (the sum
+of their weights) against how many were sent. A benchmark, run by hand.
 """
 
 from __future__ import annotations
@@ -31,17 +33,19 @@ ADMIN_KEY = "bench-dashboard-admin-key-0123456789"
 # The page's reader, without the page: every event read and parsed, the journeys counted.
 READER = """
 import json, sys, httpx
-journeys = 0
+import signal
+journeys = 0.0  # the requests the journeys read stand for (past 200 a second, each sampled one carries a weight)
+signal.signal(signal.SIGTERM, lambda *_: (print(round(journeys), flush=True), sys.exit(0)))
 try:
     with httpx.stream("GET", sys.argv[1], headers={"Authorization": "Bearer " + sys.argv[2]}, timeout=None) as r:
         for line in r.iter_lines():
             if line.startswith("data: "):
-                journeys += "request_id" in json.loads(line[6:])
-                if journeys % 1000 == 0:
-                    print(journeys, flush=True)
-except (KeyboardInterrupt, httpx.HTTPError):
+                data = json.loads(line[6:])
+                if "request_id" in data:
+                    journeys += data.get("weight", 1)
+except httpx.HTTPError:
     pass
-print(journeys, flush=True)
+print(round(journeys), flush=True)
 """
 
 
@@ -96,12 +100,12 @@ def main() -> None:
                 for mode, sample in one_round(upstream, variants[name], args.seconds).items():
                     samples[name][mode].append(sample)
                     print(f"round {index + 1} dashboard {name:<6} {mode:<7} {sample[0]:8.0f} req/s "
-                          f"{sample[1]:6.0f} µs CPU/request {sample[2]:7d} journeys read", flush=True)
+                          f"{sample[1]:6.0f} µs CPU/request {sample[2]:7d} requests seen on the dashboard", flush=True)
     print()
     print(f"machine: {platform.node()} · {os.cpu_count()} cores · python {platform.python_version()} · "
           f"{args.rounds} rounds of {args.seconds} s, wrk c32")
     print()
-    print("| mode | dashboard | req/s median (min–max) | µs CPU/request median (min–max) | journeys read ÷ sent |")
+    print("| mode | dashboard | req/s median (min–max) | µs CPU/request median (min–max) | seen ÷ sent |")
     print("|---|---|---|---|---|")
     for mode in ("json", "stream"):
         for name in variants:

@@ -525,18 +525,25 @@
     const status = j.status || 0;
     // A 200 whose stream then broke is as bad as a 5xx: the status alone would hide it.
     const statusClass = status >= 500 || (j.error && status < 400) ? "bad" : status >= 400 ? "warn" : "ok";
-    const routeText = j.route && j.route !== j.model ? j.route : "";
+    const route = routeLabel(j);
     const tr = h("tr", { "data-request-id": id, tabindex: 0, class: id === selectedId ? "selected" : null },
       h("td", { class: "t", text: num(j.at) != null ? fmtClock(j.at) : "—" }),
-      h("td", { class: "m", title: routeText ? `${j.model} → ${routeText}` : j.model || "" },
+      h("td", { class: "m", title: j.route ? `${j.model} → ${j.route}` : j.model || "" },
         h("span", { class: "model", text: j.model || "—" }),
-        routeText ? [h("span", { class: "arrow", text: " → " }), h("span", { class: "route", text: routeText })] : null),
+        route ? [h("span", { class: "arrow", text: " → " }), h("span", { class: "route", text: route })] : null),
       h("td", null, h("span", { class: `status ${statusClass}`, text: status ? String(status) : "—" })),
       h("td", { class: "marks" }, marks(j).map(badge)),
       h("td", { class: "num", text: fmtMs(num(p.ttft)) }),
       h("td", { class: "num", text: fmtMs(num(p.e2e)) }),
       h("td", { class: "fall" }, h("div", { class: "track" }, waterfall(segs))));
     return tr;
+  }
+
+  /** The route, short: "sim" for "sim/llama-3.1-8b" when the model is the one asked for (the title has it all). */
+  function routeLabel(j) {
+    const route = j.route || "";
+    if (!route || route === j.model) return "";
+    return j.model && route.endsWith(`/${j.model}`) ? route.slice(0, -j.model.length - 1) : route;
   }
 
   /** One bar of segments; its width is set against the shared scale by the caller. */
@@ -556,7 +563,7 @@
     let longest = MIN_SCALE_MS;
     for (const total of rowTotals.values()) if (total > longest) longest = total;
     scaleMs = longest;
-    ui.scale.textContent = `· scale 0–${fmtMs(scaleMs)}`;
+    ui.scale.textContent = `0–${fmtMs(scaleMs)}`;
     for (const [id, tr] of rowEls) {
       const bar = tr.lastElementChild.firstElementChild.firstElementChild;
       bar.style.width = `${clamp((rowTotals.get(id) / scaleMs) * 100, 0, 100)}%`;
@@ -589,21 +596,22 @@
   // ---------------------------------------------------------------------------------------------
   // The detail panel
 
-  // Every phase the journey knows, in the order they happen; sub-rows are parts of the row above.
+  // Every phase the journey knows, in the order they happen: [key, label, colour, depth]. A row of
+  // depth n is a part of the row of depth n − 1 above it.
   const DETAIL_ROWS = [
-    ["client_rtt", "client rtt", "client"],
-    ["gateway", "gateway", "gateway"],
-    ["cache", "cache lookup (part of gateway)", null, true],
-    ["pool", "pool", "pool"],
-    ["connect", "connect", "connect"],
-    ["ttfb", "ttfb (round trip + queue+prefill)", null],
-    ["rtt", "round trip", "rtt", true],
-    ["floor", "floor (speed of light)", "floor", true],
-    ["distance tax", "distance tax", "tax", true],
-    ["queue+prefill", "queue+prefill", "queue", true],
-    ["ttft", "ttft", null],
-    ["decode", "decode", "decode"],
-    ["e2e", "e2e", null],
+    ["client_rtt", "client rtt", "client", 0],
+    ["gateway", "gateway", "gateway", 0],
+    ["cache", "cache lookup", null, 1],
+    ["pool", "pool", "pool", 0],
+    ["connect", "connect", "connect", 0],
+    ["ttfb", "ttfb", null, 0],
+    ["rtt", "round trip", "rtt", 1],
+    ["floor", "floor (light in fibre)", "floor", 2],
+    ["distance tax", "distance tax", "tax", 2],
+    ["queue+prefill", "queue+prefill", "queue", 1],
+    ["ttft", "ttft", null, 0],
+    ["decode", "decode", "decode", 0],
+    ["e2e", "e2e", null, 0],
   ];
 
   function openDetail(j, id) {
@@ -635,24 +643,24 @@
   function phaseRows(j) {
     const p = j.phases || {};
     const out = [];
-    const row = (label, value, phaseId, sub) => out.push(h("tr", { class: sub ? "sub" : null },
+    const row = (label, value, phaseId, depth) => out.push(h("tr", { class: depth ? `depth-${depth}` : null },
       h("th", { scope: "row" }, phaseId ? h("span", { class: `sw ph-${phaseId}` }) : h("span", { class: "sw none" }), label),
       h("td", { class: "num", text: value == null ? "—" : fmtMsExact(value) })));
     const known = new Set();
-    for (const [key, label, phaseId, sub] of DETAIL_ROWS) {
+    for (const [key, label, phaseId, depth] of DETAIL_ROWS) {
       known.add(key);
-      const rttSplit = key === "rtt" && num(p.floor) != null ? null : phaseId; // coloured only when drawn whole
-      row(label, num(p[key]), rttSplit, sub);
+      const colour = key === "rtt" && num(p.floor) != null ? null : phaseId; // the round trip is drawn whole only without a floor
+      row(label, num(p[key]), colour, depth);
       if (key === "connect" && j.handshake) {
-        for (const step of ["dns", "tcp", "tls"]) if (step in j.handshake) row(step, num(j.handshake[step]), null, true);
+        for (const step of ["dns", "tcp", "tls"]) if (step in j.handshake) row(step, num(j.handshake[step]), null, 1);
       }
       if (key === "queue+prefill") {
         const ut = j.upstream_timing || {};
-        if (num(ut.cold)) row("cold start (the upstream says)", num(ut.cold), "cold", true);
-        for (const part of ["queue", "prefill"]) if (num(ut[part]) != null) row(`${part} (the upstream says)`, num(ut[part]), null, true);
+        if (num(ut.cold)) row("cold start, as the upstream says", num(ut.cold), "cold", 2);
+        for (const part of ["queue", "prefill"]) if (num(ut[part]) != null) row(`${part}, as the upstream says`, num(ut[part]), null, 2);
       }
     }
-    for (const key of Object.keys(p)) if (!known.has(key)) row(key, num(p[key]), null, false); // phases added later
+    for (const key of Object.keys(p)) if (!known.has(key)) row(key, num(p[key]), null, 0); // phases added later
     return out;
   }
 
@@ -792,8 +800,8 @@
   function initMap() {
     const map = ui.map;
     const graticule = [];
-    for (let lon = -150; lon <= 150; lon += 30) graticule.push([[lon, 90], [lon, MAP_SOUTH]]);
-    for (let lat = -30; lat <= 60; lat += 30) graticule.push([[-180, lat], [180, lat]]);
+    for (let lon = -165; lon <= 165; lon += 15) graticule.push([[lon, 90], [lon, MAP_SOUTH]]);
+    for (let lat = -45; lat <= 75; lat += 15) graticule.push([[-180, lat], [180, lat]]);
     map.replaceChildren(
       svg("rect", { class: "sea", x: 0, y: 0, width: MAP_W, height: MAP_H }),
       svg("path", { class: "graticule", d: graticule.map(polylinePath).join("") }),
@@ -811,61 +819,128 @@
       });
   }
 
-  /** Gateway, upstreams and the arcs between them; sized so labels read as ~12 px at any map width. */
+  const MAP_ASPECT = MAP_W / ((90 - MAP_SOUTH) / 180 * MAP_H); // 2.4, the viewBox's shape
+  const WORLD_VIEW = { lon0: -180, lat1: 90, width: 360 };
+
+  /**
+   * The part of the world to show: the places and arcs with a margin, in the map's shape; the whole
+   * world when they span most of it or an arc crosses the antimeridian. Same projection, only cropped.
+   */
+  function mapView(lines) {
+    const points = lines.flat();
+    if (!points.length || lines.some((line) => line.some(([lon]) => Math.abs(lon) === 180))) return WORLD_VIEW;
+    const lons = points.map((pt) => pt[0]);
+    const lats = points.map((pt) => pt[1]);
+    let lon0 = Math.min(...lons) - 14;
+    let lon1 = Math.max(...lons) + 14;
+    let lat0 = Math.min(...lats) - 10;
+    let lat1 = Math.max(...lats) + 12;
+    let width = Math.max(lon1 - lon0, (lat1 - lat0) * MAP_ASPECT, 150);
+    if (width >= 300) return WORLD_VIEW;
+    const height = width / MAP_ASPECT;
+    lon0 = clamp((lon0 + lon1 - width) / 2, -180, 180 - width);
+    lat1 = clamp((lat0 + lat1 + height) / 2, MAP_SOUTH + height, 90);
+    return { lon0, lat1, width };
+  }
+
+  /** Gateway, upstreams and the arcs between them; sized so text reads as ~12 px at any map width. */
   function drawMapOverlay() {
     const overlay = ui.mapOverlay;
     if (!overlay || !state) return;
-    const k = MAP_W / Math.max(ui.map.clientWidth || MAP_W, 1);
-    const font = 12 * k;
     const gateway = state.gateway?.location || null;
     const ups = (state.upstreams || []).filter((u) => u && u.region && num(u.region.lat) != null);
+    const arcsOf = new Map(ups.map((u) => [u.name, gateway ? greatCircle(gateway, u.region) : null]));
+    const lines = [...ups.map((u) => [[u.region.lon, u.region.lat]]), ...(gateway ? [[[gateway.lon, gateway.lat]]] : [])];
+    for (const points of arcsOf.values()) if (points) lines.push(...splitAtAntimeridian(points));
+
+    const view = mapView(lines);
+    const [vx, vy] = project(view.lon0, view.lat1);
+    const vw = (view.width / 360) * MAP_W;
+    ui.map.setAttribute("viewBox", `${vx.toFixed(1)} ${vy.toFixed(1)} ${vw.toFixed(1)} ${(vw / MAP_ASPECT).toFixed(1)}`);
+    const k = vw / Math.max(ui.map.clientWidth || MAP_W, 1); // viewBox units per screen pixel
+    const font = 12 * k;
+    const bounds = { x0: vx, y0: vy, x1: vx + vw, y1: vy + vw / MAP_ASPECT };
+
     const arcs = [];
     const places = [];
+    const taken = []; // boxes already used: places and their names first, then arc labels
     const labels = [];
+    const placeLabel = (x, y, r, text) => {
+      taken.push({ x0: x - r, y0: y - r, x1: x + r, y1: y + r });
+      const box = textBox(x + r + 3 * k, y + font * 0.35, text, font, "start");
+      taken.push(box);
+      places.push(svg("text", { class: "place-label", x: box.x, y: box.y, text }));
+    };
 
-    for (const u of ups) {
-      const colour = upstreamColour(u.name);
-      if (gateway) {
-        const points = greatCircle(gateway, u.region);
-        for (const part of splitAtAntimeridian(points)) {
-          arcs.push(svg("path", { class: "arc", "data-upstream": u.name, d: polylinePath(part), stroke: colour }));
-        }
-        const [mx, my] = project(...points[Math.floor(points.length / 2)]);
-        const text = `${u.name} · floor ${fmtMs(num(u.floor_ms))} · measured ${num(u.rtt_ms) == null ? "—" : fmtMs(u.rtt_ms)}`;
-        labels.push({ x: mx, y: my - font * 0.8, text, colour, name: u.name });
-      }
-      const [x, y] = project(u.region.lon, u.region.lat);
-      places.push(svg("circle", { class: "place upstream", "data-place": "upstream", "data-name": u.name, cx: x, cy: y,
-        r: 5 * k, fill: colour }, svg("title", { text: `${u.name}: ${u.region.name}` })));
-      places.push(svg("text", { class: "place-label", x: x + 8 * k, y: y + font * 1.2, text: u.name }));
-    }
     if (gateway) {
       const [x, y] = project(gateway.lon, gateway.lat);
       places.push(svg("circle", { class: "place gateway", "data-place": "gateway", cx: x, cy: y, r: 6 * k },
         svg("title", { text: `the gateway: ${gateway.name}` })));
-      places.push(svg("text", { class: "place-label", x: x + 9 * k, y: y + font * 0.35, text: gateway.name }));
+      placeLabel(x, y, 6 * k, gateway.name);
     }
+    for (const u of ups) {
+      const colour = upstreamColour(u.name);
+      const [x, y] = project(u.region.lon, u.region.lat);
+      places.push(svg("circle", { class: "place upstream", "data-place": "upstream", "data-name": u.name, cx: x, cy: y,
+        r: 5 * k, fill: colour }, svg("title", { text: `${u.name}: ${u.region.name}` })));
+      const points = arcsOf.get(u.name);
+      if (!points) {
+        placeLabel(x, y, 5 * k, u.name); // no arc to carry the name
+        continue;
+      }
+      taken.push({ x0: x - 5 * k, y0: y - 5 * k, x1: x + 5 * k, y1: y + 5 * k });
+      for (const [lon, lat] of points) { // labels keep off the arcs too, where they can
+        const [px, py] = project(lon, lat);
+        taken.push({ x0: px - k, y0: py - k, x1: px + k, y1: py + k, soft: true });
+      }
+      for (const part of splitAtAntimeridian(points)) {
+        arcs.push(svg("path", { class: "arc", "data-upstream": u.name, d: polylinePath(part), stroke: colour }));
+      }
+      const measured = num(u.rtt_ms) == null ? "—" : fmtMs(u.rtt_ms);
+      labels.push({ name: u.name, colour, points, text: `${u.name} · floor ${fmtMs(num(u.floor_ms))} · measured ${measured}` });
+    }
+    const arcLabels = labels.map((label) => {
+      const box = labelSpot(label, font, taken, bounds);
+      taken.push(box);
+      return svg("text", { class: "arc-label", "data-upstream": label.name, x: box.x, y: box.y, "text-anchor": box.anchor,
+        fill: label.colour, text: label.text });
+    });
     overlay.setAttribute("font-size", font.toFixed(2));
-    overlay.replaceChildren(...arcs, ...places, ...placeLabels(labels, font));
+    overlay.replaceChildren(...arcs, ...places, ...arcLabels);
     ui.mapNote.hidden = !mapNote(gateway, state.upstreams || []);
   }
 
-  /** Arc labels, kept inside the map and nudged apart when two would overlap. */
-  function placeLabels(labels, font) {
-    const placed = [];
-    const els = [];
-    for (const label of labels.sort((a, b) => a.y - b.y)) {
-      const width = label.text.length * font * 0.56;
-      const x = clamp(label.x, width / 2 + 4, MAP_W - width / 2 - 4);
-      let y = clamp(label.y, font * 1.2, 400 - font * 0.5);
-      for (const other of placed) {
-        if (Math.abs(other.x - x) < (other.width + width) / 2 && Math.abs(other.y - y) < font * 1.3) y = other.y + font * 1.3;
-      }
-      placed.push({ x, y, width });
-      els.push(svg("text", { class: "arc-label", "data-upstream": label.name, x, y, "text-anchor": "middle", fill: label.colour,
-        text: label.text }));
+  /** The box a line of text takes (an estimate: no layout is needed for it). */
+  function textBox(x, y, text, font, anchor) {
+    const width = text.length * font * 0.58;
+    const x0 = anchor === "middle" ? x - width / 2 : anchor === "end" ? x - width : x;
+    return { x, y, anchor, x0, x1: x0 + width, y0: y - font, y1: y + font * 0.3 };
+  }
+
+  const overlaps = (a, b) => a.x0 < b.x1 && b.x0 < a.x1 && a.y0 < b.y1 && b.y0 < a.y1;
+
+  /**
+   * Where an arc's label goes: above or below the arc's middle, or beside it (a steep arc), else further
+   * along the arc; never over a place, an arc or another label when there is any room.
+   */
+  function labelSpot(label, font, taken, bounds) {
+    const n = label.points.length - 1;
+    const spots = [];
+    for (const t of [0.5, 0.4, 0.6, 0.3, 0.7]) {
+      const [x, y] = project(...label.points[Math.round(t * n)]);
+      spots.push([x, y - font * 0.7, "middle"], [x, y + font * 1.5, "middle"],
+        [x + font * 0.6, y + font * 0.35, "start"], [x - font * 0.6, y + font * 0.35, "end"]);
     }
-    return els;
+    const boxes = spots.map(([x, y, anchor]) => inside(textBox(x, y, label.text, font, anchor), bounds, label.text, font));
+    const clear = (box, hardOnly) => !taken.some((other) => (!hardOnly || !other.soft) && overlaps(box, other));
+    return boxes.find((box) => clear(box, false)) || boxes.find((box) => clear(box, true)) || boxes[0];
+  }
+
+  /** The box moved into the view, when it sticks out of it. */
+  function inside(box, bounds, text, font) {
+    const dx = Math.max(bounds.x0 + 4 - box.x0, 0) - Math.max(box.x1 - (bounds.x1 - 4), 0);
+    const dy = Math.max(bounds.y0 + 4 - box.y0, 0) - Math.max(box.y1 - (bounds.y1 - 4), 0);
+    return dx || dy ? textBox(box.x + dx, box.y + dy, text, font, box.anchor) : box;
   }
 
   function mapNote(gateway, upstreams) {
@@ -1107,7 +1182,9 @@
   const axisFont = "11px system-ui, -apple-system, 'Segoe UI', sans-serif";
   function axes(theme, yFormat, extra = []) {
     const base = { stroke: theme.axis, font: axisFont, grid: { stroke: theme.grid, width: 1 }, ticks: { stroke: theme.grid, width: 1, size: 4 } };
-    return [{ ...base }, { ...base, size: 52, values: (u, ticks) => ticks.map(yFormat) }, ...extra.map((e) => ({ ...base, ...e }))];
+    const clock = (u, ticks) => ticks.map((t) => { const d = new Date(t * 1000); return `${pad2(d.getHours())}:${pad2(d.getMinutes())}`; });
+    return [{ ...base, values: clock, space: 60 }, { ...base, size: 52, values: (u, ticks) => ticks.map(yFormat) },
+      ...extra.map((e) => ({ ...base, ...e }))];
   }
 
   const fmtTick = (v) => (v == null ? "" : v >= 1000 ? `${+(v / 1000).toFixed(1)} s` : `${+v.toFixed(1)}`);
@@ -1116,7 +1193,7 @@
   function baseOptions(series, axesList, scales = {}) {
     return {
       height: CHART_H,
-      series: [{ label: "time", value: (u, v) => (v == null ? "—" : fmtClock(v)) }, ...series],
+      series: [{ label: "time", value: (u, v) => (v == null ? "" : fmtClock(v)) }, ...series],
       axes: axesList,
       scales: { x: { time: true, range: () => xRange }, y: { range: upRange }, ...scales },
       legend: { live: true },
@@ -1125,7 +1202,7 @@
   }
 
   function line(label, stroke, extra = {}) {
-    return { label, stroke, width: 1.6, spanGaps: false, points: { size: 4 }, value: (u, v) => (v == null ? "—" : fmtMs(v)), ...extra };
+    return { label, stroke, width: 1.6, spanGaps: false, points: { size: 4 }, value: (u, v) => (v == null ? "" : fmtMs(v)), ...extra };
   }
 
   function chartUpstreams(perUp) {
@@ -1153,20 +1230,20 @@
 
     drawChart("itl", signature, () => baseOptions(
       ups.flatMap((up) => [line(`${up} ITL p50`, upstreamColour(up), { scale: "y" }),
-        line(`${up} tok/s p50`, upstreamColour(up), { scale: "tps", dash: [2, 3], value: (u, v) => (v == null ? "—" : `${Math.round(v)} tok/s`) })]),
+        line(`${up} tok/s p50`, upstreamColour(up), { scale: "tps", dash: [2, 3], value: (u, v) => (v == null ? "" : `${Math.round(v)} tok/s`) })]),
       axes(theme, fmtTick, [{ scale: "tps", side: 1, size: 48, grid: { show: false }, values: (u, t) => t.map((v) => `${+v.toFixed(0)}`) }]),
       { tps: { range: upRange } }),
     [agg.xs, ...ups.flatMap((up) => (per(up).itl.length ? [q(per(up).itl, 0.5), q(per(up).tps, 0.5)] : [blank(), blank()]))]);
 
     const bars = uPlot.paths?.bars ? uPlot.paths.bars({ size: [0.7, 24], align: 1 }) : undefined;
-    const count = (u, v) => (v == null ? "—" : String(v));
+    const count = (u, v) => (v == null ? "" : String(v));
     drawChart("errors", "static", () => baseOptions([
       { label: "requests", stroke: theme.requests, fill: theme.requests, paths: bars, points: { show: false }, value: count },
       { label: "errors", stroke: theme.error, fill: theme.error, paths: bars, points: { show: false }, value: count },
     ], axes(theme, (v) => (Number.isInteger(v) ? String(v) : "")), { y: { range: upRange } }),
     [agg.xs, agg.requests, agg.errors]);
 
-    const pct = (u, v) => (v == null ? "—" : `${v.toFixed(0)} %`);
+    const pct = (u, v) => (v == null ? "" : `${v.toFixed(0)} %`);
     drawChart("cache", "static", () => baseOptions([
       line("hit rate", theme.hit, { value: pct }),
       line("semantic-hit rate", theme.semantic, { value: pct }),
