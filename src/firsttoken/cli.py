@@ -184,6 +184,33 @@ def sim(config_path: str | None, host: str, port: int, models: tuple[str, ...], 
 
 
 @main.command()
+@click.option("--port", type=int, default=8787, show_default=True, help="The gateway's port (its dashboard too).")
+@click.option("--pace", type=click.FloatRange(0, 60), default=2.0, show_default=True,
+              help="Seconds between steps, to watch the dashboard.")
+@click.option("--json", "as_json", is_flag=True, help="Print the steps as JSON at the end.")
+def demo(port: int, pace: float, as_json: bool) -> None:
+    """A one-minute tour on simulated regions: cold start, warm request, burst, cache, paraphrase, hedge, distance."""
+    import json
+    from dataclasses import asdict
+
+    from firsttoken.demo import run
+    from firsttoken.server.launch import ListenError, bind
+
+    try:
+        bind("127.0.0.1", port).close()  # a port in use is one line, before anything starts
+    except ListenError as exc:
+        err.print(f"firsttoken demo: {exc}", markup=False, soft_wrap=True)
+        sys.exit(2)
+    try:
+        tour = run(port, pace, err if as_json else Console(highlight=False))
+    except RuntimeError as exc:
+        err.print(f"firsttoken demo: {exc}", markup=False, soft_wrap=True)
+        sys.exit(1)
+    if as_json:
+        click.echo(json.dumps(asdict(tour), indent=2))
+
+
+@main.command()
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
               help="firsttoken.yaml whose journeys.log to read (default: as `serve` finds its settings).")
 @click.option("--log", "log_path", type=click.Path(dir_okay=False), default=None, help="The journey log file itself.")

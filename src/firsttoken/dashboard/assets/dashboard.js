@@ -248,6 +248,8 @@
     for (const [id, ms] of segments(j)) if (id !== "decode" && id !== "other") wait.push([id, ms]);
     return {
       at: num(j.at) ?? nowS(),
+      // Past 200 journeys a second the feed sends a uniform sample; each stands for `weight` journeys.
+      w: num(j.weight) != null && j.weight > 0 ? j.weight : 1,
       up: j.upstream || "",
       model: j.model || "",
       ttft: num(p.ttft),
@@ -268,6 +270,7 @@
   // The API: every call carries the admin key, when there is one
 
   class Locked extends Error {}
+  class NotFound extends Error {}
 
   function authHeaders() {
     const key = sessionStorage.getItem(KEY_STORE);
@@ -291,6 +294,7 @@
       cache: "no-store",
     });
     if (response.status === 401 || response.status === 403) throw new Locked(await errorMessage(response));
+    if (response.status === 404) throw new NotFound(`${path}: ${await errorMessage(response)}`);
     if (!response.ok) throw new Error(`${path}: ${await errorMessage(response)}`);
     return response;
   }
@@ -615,13 +619,18 @@
   ];
 
   function openDetail(j, id) {
+    const opened = selectedId !== id || ui.detail.hidden;
     selectedId = id;
     for (const [rowId, tr] of rowEls) tr.classList.toggle("selected", rowId === id);
     const d = ui.detail;
     $("#detail-title", d).textContent = j.route || j.model || "Request";
     $(".detail-sub", d).textContent = [id, num(j.at) != null ? fmtClock(j.at) : null,
       j.status ? `HTTP ${j.status}` : null, j.tenant ? `tenant ${j.tenant}` : null].filter(Boolean).join(" · ");
-    ui.verdict.textContent = j.verdict || "No verdict recorded for this request.";
+    // The live stream leaves the verdict out (words cost the gateway time per request): asked for on opening.
+    const whole = typeof j.verdict === "string" && j.verdict !== "";
+    ui.verdict.textContent = whole ? j.verdict : "…";
+    ui.verdict.classList.toggle("pending", !whole);
+    if (!whole) fetchWhole(id);
 
     const segs = segments(j);
     const fall = $(".detail-fall", d);
@@ -637,7 +646,29 @@
     $(".tokens", d).replaceChildren(...tokenFacts(j));
     $(".raw pre", d).textContent = JSON.stringify(j, null, 2);
     d.hidden = false;
-    d.focus({ preventScroll: true });
+    if (opened) d.focus({ preventScroll: true });
+  }
+
+  /** The journey whole (verdict, handshake steps), from the gateway's memory; it replaces the row's copy. */
+  async function fetchWhole(id) {
+    let text = "No verdict: the gateway no longer holds this request in memory.";
+    try {
+      const whole = await getJson(`/journeys/${encodeURIComponent(id)}`);
+      const i = rows.findIndex((j) => (j.request_id || j.id) === id);
+      if (i >= 0) rows[i] = whole;
+      if (selectedId === id && !ui.detail.hidden) openDetail(whole, id);
+      return;
+    } catch (err) {
+      if (err instanceof Locked) {
+        lock(err.message);
+        return;
+      }
+      if (!(err instanceof NotFound)) text = "The verdict could not be fetched; open the request again to retry.";
+    }
+    if (selectedId === id) {
+      ui.verdict.textContent = text;
+      ui.verdict.classList.remove("pending");
+    }
   }
 
   function phaseRows(j) {
@@ -967,6 +998,8 @@
   // ---------------------------------------------------------------------------------------------
   // Over time: one pass over the records makes the buckets, the cards and the breakdown
 
+  // Counts add up weights (a sampled journey stands for several); percentiles and medians take the
+  // sample as it is, which a uniform sample keeps.
   function aggregate() {
     const now = nowS();
     const last = Math.floor(now / BUCKET_S) * BUCKET_S;
@@ -980,41 +1013,39 @@
     const hits = zeros();
     const semantic = zeros();
     const perUp = new Map(); // upstream → { ttft, itl, tps } per bucket
-    const similarities = [];
+    const similarities = []; // [similarity, weight]
     const missE2e = new Map(); // model → e2e of successful misses
-    const hitList = []; // [model, e2e]
+    const hitList = []; // [model, e2e, weight]
     const reusedBy = new Map(); // upstream → reused connections
     const connectBy = new Map(); // upstream → connect ms of new connections
     const waits = new Map(); // upstream → { n, sums: phase → ms }
-    let total = 0;
-    let hedgesWon = 0;
-    let hedged = 0;
-    let failures = 0;
+    const c = { total: 0, failures: 0, hedgesWon: 0, hedged: 0 };
 
     for (const r of records) {
       const i = Math.floor((r.at - first) / BUCKET_S);
       if (i < 0 || i >= BUCKETS) continue;
-      total += 1;
-      requests[i] += 1;
+      const w = r.w;
+      c.total += w;
+      requests[i] += w;
       if (r.failed) {
-        errors[i] += 1;
-        failures += 1;
+        errors[i] += w;
+        c.failures += w;
       }
       const hit = r.cache === "hit" || r.cache === "semantic" || r.cache === "joined";
       if (r.cache !== "bypass") {
-        lookups[i] += 1;
-        if (hit) hits[i] += 1;
+        lookups[i] += w;
+        if (hit) hits[i] += w;
         if (r.cache === "semantic") {
-          semantic[i] += 1;
-          if (r.similarity != null) similarities.push(r.similarity);
+          semantic[i] += w;
+          if (r.similarity != null) similarities.push([r.similarity, w]);
         }
       }
-      if (r.hedge) hedged += 1;
-      if (r.hedge === "won") hedgesWon += 1;
-      if (hit && r.e2e != null) hitList.push([r.model, r.e2e]);
+      if (r.hedge) c.hedged += w;
+      if (r.hedge === "won") c.hedgesWon += w;
+      if (hit && r.e2e != null) hitList.push([r.model, r.e2e, w]);
       if (r.cache === "miss" && !r.failed && r.e2e != null) push(missE2e, r.model, r.e2e);
       if (!r.up) continue;
-      if (r.reused) reusedBy.set(r.up, (reusedBy.get(r.up) || 0) + 1);
+      if (r.reused) reusedBy.set(r.up, (reusedBy.get(r.up) || 0) + w);
       if (r.newConnect != null) push(connectBy, r.up, r.newConnect);
       if (hit || r.failed) continue; // the charts and breakdown are about requests that went upstream
       let u = perUp.get(r.up);
@@ -1022,34 +1053,36 @@
       if (r.ttft != null) u.ttft[i].push(r.ttft);
       if (r.itl != null) u.itl[i].push(r.itl);
       if (r.tps != null) u.tps[i].push(r.tps);
-      let w = waits.get(r.up);
-      if (!w) waits.set(r.up, (w = { n: 0, sums: {} }));
-      w.n += 1;
-      for (const [id, ms] of r.wait) w.sums[id] = (w.sums[id] || 0) + ms;
+      let wait = waits.get(r.up);
+      if (!wait) waits.set(r.up, (wait = { n: 0, sums: {} }));
+      wait.n += w;
+      for (const [id, ms] of r.wait) wait.sums[id] = (wait.sums[id] || 0) + ms * w;
     }
 
+    // What the cache saved: each hit against the median miss of its model (never below zero).
     const medians = new Map([...missE2e].map(([model, list]) => [model, median(list)]));
-    let cacheSaved = null;
-    for (const [model, e2e] of hitList) {
+    c.cacheSaved = null;
+    c.hits = 0;
+    for (const [model, e2e, w] of hitList) {
+      c.hits += w;
       const typical = medians.get(model);
-      if (typical != null) cacheSaved = (cacheSaved || 0) + Math.max(typical - e2e, 0) / 1000;
+      if (typical != null) c.cacheSaved = (c.cacheSaved || 0) + (w * Math.max(typical - e2e, 0)) / 1000;
     }
-    let poolSaved = 0;
-    let reusedCount = 0;
+    // What the warm pool saved: each reused connection against the median handshake of a new one there.
+    c.poolSaved = 0;
+    c.reusedCount = 0;
     for (const [up, count] of reusedBy) {
       const handshake = connectBy.has(up) ? median(connectBy.get(up)) : null;
       if (handshake != null) {
-        poolSaved += (count * handshake) / 1000;
-        reusedCount += count;
+        c.poolSaved += (count * handshake) / 1000;
+        c.reusedCount += count;
       }
     }
+    c.newSeen = connectBy.size > 0;
     const rate = (part, whole) => part.map((n, i) => (whole[i] ? (100 * n) / whole[i] : null));
     return {
-      xs, requests, errors, perUp, similarities,
+      xs, requests, errors, perUp, similarities, waits, cards: c,
       hitRate: rate(hits, lookups), semanticRate: rate(semantic, lookups),
-      cards: { total, failures, hedgesWon, hedged, cacheSaved, hits: hitList.length, poolSaved,
-        reusedCount, newSeen: connectBy.size > 0 },
-      waits,
     };
   }
 
@@ -1094,22 +1127,24 @@
       h("div", { class: "card card-breakers", "data-card": "breakers" }, h("h3", { text: "Breakers" }), ui.breakers));
   }
 
+  const count = (n) => Math.round(n).toLocaleString(); // weighted counts are not whole numbers
+
   function drawCards(c) {
     const set = (key, value, sub) => {
       ui.cards[key].value.textContent = value;
       ui.cards[key].sub.textContent = sub || "";
     };
-    const known = state != null || c.total > 0;
-    set("requests", known ? c.total.toLocaleString() : "—", c.failures ? `${c.failures.toLocaleString()} failed` : known ? "none failed" : "");
+    const known = state != null || c.total > 0; // before the first answer, nothing is known: "—"
+    set("requests", known ? count(c.total) : "—", c.failures ? `${count(c.failures)} failed` : known ? "none failed" : "");
     const targets = state?.targets || [];
     const cold = targets.reduce((sum, t) => sum + (num(t.cold_start?.seen) || 0), 0);
-    set("cold", targets.length ? cold.toLocaleString() : "—", targets.length ? "since the gateway started" : "");
-    set("hedges", known ? c.hedgesWon.toLocaleString() : "—", c.hedged ? `of ${c.hedged.toLocaleString()} hedged requests` : "");
+    set("cold", targets.length ? count(cold) : "—", targets.length ? "since the gateway started" : "");
+    set("hedges", known ? count(c.hedgesWon) : "—", c.hedged ? `of ${count(c.hedged)} hedged requests` : "");
     set("cache", fmtSeconds(c.cacheSaved),
       c.cacheSaved == null ? (c.hits ? "no misses of those models to compare with" : "no cache hits yet")
-        : `${c.hits.toLocaleString()} hits vs their model's median miss`);
+        : `${count(c.hits)} hits vs their model's median miss`);
     set("pool", known ? fmtSeconds(c.poolSaved) : "—",
-      c.newSeen ? `${c.reusedCount.toLocaleString()} reused connections × median handshake` : known ? "no new connection seen yet" : "");
+      c.newSeen ? `${count(c.reusedCount)} reused connections × median handshake` : known ? "no new connection seen yet" : "");
     drawBreakers(targets);
   }
 
@@ -1147,7 +1182,7 @@
       bar.style.width = `${(m.total / longest) * 100}%`;
       return h("div", { class: "bd-row", "data-upstream": m.up },
         h("p", { class: "bd-name" }, h("span", { class: "dot" }), m.up,
-          h("span", { class: "bd-total", text: ` ${fmtMs(m.total)} mean · ${m.n.toLocaleString()} requests` })),
+          h("span", { class: "bd-total", text: ` ${fmtMs(m.total)} mean · ${count(m.n)} requests` })),
         h("div", { class: "track" }, bar),
         h("p", { class: "bd-words", text: explain(m) }));
     }));
@@ -1187,6 +1222,7 @@
       ...extra.map((e) => ({ ...base, ...e }))];
   }
 
+  const nullIfZero = (v) => (v ? v : null);
   const fmtTick = (v) => (v == null ? "" : v >= 1000 ? `${+(v / 1000).toFixed(1)} s` : `${+v.toFixed(1)}`);
   const upRange = (u, min, max) => [0, max != null && Number.isFinite(max) && max > 0 ? max * 1.1 : 1];
 
@@ -1231,17 +1267,17 @@
     drawChart("itl", signature, () => baseOptions(
       ups.flatMap((up) => [line(`${up} ITL p50`, upstreamColour(up), { scale: "y" }),
         line(`${up} tok/s p50`, upstreamColour(up), { scale: "tps", dash: [2, 3], value: (u, v) => (v == null ? "" : `${Math.round(v)} tok/s`) })]),
-      axes(theme, fmtTick, [{ scale: "tps", side: 1, size: 48, grid: { show: false }, values: (u, t) => t.map((v) => `${+v.toFixed(0)}`) }]),
+      axes(theme, fmtTick, [{ scale: "tps", side: 1, size: 48, grid: { show: false }, values: (u, t) => t.map(fmtTick) }]),
       { tps: { range: upRange } }),
     [agg.xs, ...ups.flatMap((up) => (per(up).itl.length ? [q(per(up).itl, 0.5), q(per(up).tps, 0.5)] : [blank(), blank()]))]);
 
     const bars = uPlot.paths?.bars ? uPlot.paths.bars({ size: [0.7, 24], align: 1 }) : undefined;
-    const count = (u, v) => (v == null ? "" : String(v));
+    const perBucket = (u, v) => (v == null ? "" : String(Math.round(v)));
     drawChart("errors", "static", () => baseOptions([
-      { label: "requests", stroke: theme.requests, fill: theme.requests, paths: bars, points: { show: false }, value: count },
-      { label: "errors", stroke: theme.error, fill: theme.error, paths: bars, points: { show: false }, value: count },
+      { label: "requests", stroke: theme.requests, fill: theme.requests, paths: bars, points: { show: false }, value: perBucket },
+      { label: "errors", stroke: theme.error, fill: theme.error, paths: bars, points: { show: false }, value: perBucket },
     ], axes(theme, (v) => (Number.isInteger(v) ? String(v) : "")), { y: { range: upRange } }),
-    [agg.xs, agg.requests, agg.errors]);
+    [agg.xs, agg.requests.map(nullIfZero), agg.errors.map(nullIfZero)]); // a zero bar would still draw its outline
 
     const pct = (u, v) => (v == null ? "" : `${v.toFixed(0)} %`);
     drawChart("cache", "static", () => baseOptions([
@@ -1292,7 +1328,7 @@
 
   function drawHistogram(similarities) {
     const counts = new Array(HIST_BINS).fill(0);
-    for (const s of similarities) counts[clamp(Math.floor((s - HIST_FROM) / 0.02 + 1e-9), 0, HIST_BINS - 1)] += 1;
+    for (const [s, w] of similarities) counts[clamp(Math.floor((s - HIST_FROM) / 0.02 + 1e-9), 0, HIST_BINS - 1)] += w;
     const most = Math.max(...counts);
     const threshold = num(state?.cache?.similarity);
     const box = ui.histogram;
@@ -1307,13 +1343,14 @@
     }
     [...box.querySelectorAll(".hbin")].forEach((bin, i) => {
       const lo = HIST_FROM + i * 0.02;
-      bin.title = `similarity ${lo.toFixed(2)}–${(lo + 0.02).toFixed(2)}: ${counts[i]} semantic hits`;
+      bin.title = `similarity ${lo.toFixed(2)}–${(lo + 0.02).toFixed(2)}: ${count(counts[i])} semantic hits`;
       bin.classList.toggle("below", threshold != null && lo + 0.02 <= threshold);
-      $(".hcount", bin).textContent = counts[i] ? String(counts[i]) : "";
+      $(".hcount", bin).textContent = counts[i] ? count(counts[i]) : "";
       $(".hbar", bin).style.height = `${most ? (counts[i] / most) * 100 : 0}%`;
     });
-    $(".hnote", box).textContent = similarities.length
-      ? `${similarities.length.toLocaleString()} semantic hits${threshold != null ? ` · the cache answers from similarity ${threshold}` : ""}`
+    const total = counts.reduce((a, b) => a + b, 0);
+    $(".hnote", box).textContent = total
+      ? `${count(total)} semantic hits${threshold != null ? ` · the cache answers from similarity ${threshold}` : ""}`
       : "No semantic hits in the last 15 minutes.";
   }
 
