@@ -59,6 +59,9 @@ def test_the_page_and_its_assets_come_from_the_gateway(open_gateway: GatewayProc
 
 def test_the_state_places_the_gateway_and_its_upstream(open_gateway: GatewayProcess) -> None:
     ask(open_gateway, "where are the GPUs?")
+    typo = httpx.post(f"{open_gateway.url}/v1/chat/completions", timeout=30,
+                      json={**QUESTION, "model": "sim/no-such-model"})
+    assert typo.status_code == 404  # refused by the region at once: no distance, and no target to show
     state = httpx.get(f"{open_gateway.url}/dashboard/api/state", timeout=10).json()
     assert state["gateway"]["location"]["name"] == "Lagos, NG"
     (sim,) = state["upstreams"]

@@ -170,17 +170,23 @@ class Dashboard:
 
     def snapshot(self) -> dict[str, Any]:
         """What the page draws besides the journeys: the map's places and each target's state."""
-        recent = self.journeys.latest(RECENT_FOR_RTT, None)
+        # Answered journeys only: a refusal (an unknown model) can come back before the distance is declared.
+        recent = [t for t in self.journeys.latest(RECENT_FOR_RTT, None) if t.status < 400 and not t.error_code]
         upstreams = []
         for name, link in self.upstreams.links.items():
             rtts = [rtt for t in recent if t.upstream == name and (rtt := phases(t)[0].rtt) is not None]
             upstreams.append({"name": name, "api": link.settings.api, "simulated": name == SIM_UPSTREAM,
                               "region": _place(link.settings.place), "floor_ms": _round(link.floor_ms),
                               "rtt_ms": _round(statistics.median(rtts)) if rtts else None})
+        # The router remembers every target it was asked for, typos too: shown are those an alias names
+        # and those that answered lately.
+        named = {target for targets in self.settings.models.values() for target in targets}
+        answered = {t.route for t in recent}
         targets = []
         for state in self.router.states():
             view = target_view(self.router, state, self.keep_warm)
-            targets.append({**view, "upstream": str(view["target"]).partition("/")[0]})
+            if view["target"] in named or view["target"] in answered:
+                targets.append({**view, "upstream": str(view["target"]).partition("/")[0]})
         cache = self.settings.cache
         return {"version": __version__, "gateway": {"location": _place(self.settings.place)},
                 "upstreams": upstreams, "targets": targets,

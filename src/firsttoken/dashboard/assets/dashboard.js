@@ -69,7 +69,6 @@
   const rowTotals = new Map(); // request id → waterfall length (ms)
   let pendingRows = []; // arrived, not yet drawn
   let rowsTimer = 0;
-  let scaleMs = MIN_SCALE_MS;
   let selectedId = null;
 
   let records = []; // compact journeys for the charts, cards and breakdown (≤ MAX_RECORDS)
@@ -119,7 +118,7 @@
   }
 
   /** Always in ms, for tooltips ("phase: N ms"). */
-  const fmtMsExact = (ms) => `${ms < 10 ? ms.toFixed(1) : Math.round(ms)} ms`;
+  const fmtMsExact = (ms) => `${Math.abs(ms) < 1 ? ms.toFixed(2) : Math.abs(ms) < 10 ? ms.toFixed(1) : Math.round(ms)} ms`;
 
   function fmtSeconds(s) {
     if (s == null) return "—";
@@ -238,7 +237,7 @@
   }
 
   /** A journey as the charts need it: small, so 20 000 of them stay cheap to recount every second. */
-  function toRecord(j) {
+  function toRecord(j, id) {
     const p = j.phases || {};
     const kind = cacheKind(j.cache);
     const connect = num(p.connect);
@@ -247,6 +246,7 @@
     const wait = [];
     for (const [id, ms] of segments(j)) if (id !== "decode" && id !== "other") wait.push([id, ms]);
     return {
+      id,
       at: num(j.at) ?? nowS(),
       // Past 200 journeys a second the feed sends a uniform sample; each stands for `weight` journeys.
       w: num(j.weight) != null && j.weight > 0 ? j.weight : 1,
@@ -260,6 +260,7 @@
       cache: kind,
       similarity: kind === "semantic" ? similarityOf(j.cache) : null,
       hedge: (j.hedge || "").startsWith("hedge-of=") ? "won" : j.hedge ? "lost" : "",
+      cold: coldMs(j) >= COLD_MARK_MS,
       reused: j.reused_connection === true,
       newConnect: isNew && connect != null ? connect : null,
       wait,
@@ -321,6 +322,7 @@
       try {
         await loadSnapshot();
         if (gen !== generation) return;
+        showBoard(); // the key (if any) was taken
         await readEvents(gen, () => {
           delay = BACKOFF_MIN_MS; // the stream works: the next break starts the backoff again
         });
@@ -432,27 +434,41 @@
     if (feedAbort) feedAbort.abort();
     sessionStorage.removeItem(KEY_STORE); // a key that was refused is not worth sending again
     setFeed("locked");
-    ui.lockMessage.textContent = message || "This dashboard needs the admin key.";
+    lockSays(message || "This dashboard needs the admin key.", "error");
     ui.board.hidden = true;
     closeDetail();
     ui.lock.hidden = false;
+    ui.unlock.disabled = false;
     ui.keyInput.value = "";
     ui.keyInput.focus();
   }
 
+  function lockSays(text, kind) {
+    ui.lockMessage.textContent = text;
+    ui.lockMessage.dataset.kind = kind;
+  }
+
+  /** Tries the key: the lock stays up until the gateway takes it (or comes back with why not). */
   function unlock(event) {
     event.preventDefault();
     const key = ui.keyInput.value.trim();
     if (!key) {
-      ui.lockMessage.textContent = "Enter the admin key.";
+      lockSays("Enter the admin key.", "error");
       ui.keyInput.focus();
       return;
     }
     sessionStorage.setItem(KEY_STORE, key);
-    ui.lock.hidden = true;
-    ui.board.hidden = false;
+    lockSays("Checking the key…", "info");
+    ui.unlock.disabled = true;
     setFeed("reconnecting");
     start();
+  }
+
+  function showBoard() {
+    if (ui.lock.hidden) return;
+    ui.lock.hidden = true;
+    ui.board.hidden = false;
+    ui.unlock.disabled = false;
   }
 
   // ---------------------------------------------------------------------------------------------
@@ -465,9 +481,8 @@
       if (!id) continue;
       if (!seen.has(id)) {
         seen.add(id);
-        const record = toRecord(j);
+        const record = toRecord(j, id);
         records.push(record);
-        record.id = id;
         recordsDirty = true;
         if (live && record.up) arrivedFor.add(record.up);
       }
@@ -564,13 +579,12 @@
 
   /** The table shares one linear scale: the longest row's, never under MIN_SCALE_MS. */
   function rescaleRows() {
-    let longest = MIN_SCALE_MS;
-    for (const total of rowTotals.values()) if (total > longest) longest = total;
-    scaleMs = longest;
-    ui.scale.textContent = `0–${fmtMs(scaleMs)}`;
+    let scale = MIN_SCALE_MS;
+    for (const total of rowTotals.values()) if (total > scale) scale = total;
+    ui.scale.textContent = `0–${fmtMs(scale)}`;
     for (const [id, tr] of rowEls) {
-      const bar = tr.lastElementChild.firstElementChild.firstElementChild;
-      bar.style.width = `${clamp((rowTotals.get(id) / scaleMs) * 100, 0, 100)}%`;
+      const bar = tr.querySelector(".bar");
+      bar.style.width = `${clamp((rowTotals.get(id) / scale) * 100, 0, 100)}%`;
     }
   }
 
@@ -583,8 +597,8 @@
 
   function curlHint() {
     const model = state?.targets?.[0]?.target?.split("/").slice(1).join("/") || "llama-3.1-8b";
-    return `curl ${location.origin}/v1/chat/completions \\\n  -H 'content-type: application/json' \\\n` +
-      `  -d '{"model": "${model}", "messages": [{"role": "user", "content": "hello"}]}'`;
+    return `curl -N ${location.origin}/v1/chat/completions \\\n  -H 'content-type: application/json' \\\n` +
+      `  -d '{"model": "${model}", "stream": true, "messages": [{"role": "user", "content": "hello"}]}'`;
   }
 
   function onRowActivate(event) {
@@ -618,7 +632,7 @@
     ["e2e", "e2e", null, 0],
   ];
 
-  function openDetail(j, id) {
+  function openDetail(j, id, mayFetch = true) {
     const opened = selectedId !== id || ui.detail.hidden;
     selectedId = id;
     for (const [rowId, tr] of rowEls) tr.classList.toggle("selected", rowId === id);
@@ -627,10 +641,10 @@
     $(".detail-sub", d).textContent = [id, num(j.at) != null ? fmtClock(j.at) : null,
       j.status ? `HTTP ${j.status}` : null, j.tenant ? `tenant ${j.tenant}` : null].filter(Boolean).join(" · ");
     // The live stream leaves the verdict out (words cost the gateway time per request): asked for on opening.
-    const whole = typeof j.verdict === "string" && j.verdict !== "";
-    ui.verdict.textContent = whole ? j.verdict : "…";
-    ui.verdict.classList.toggle("pending", !whole);
-    if (!whole) fetchWhole(id);
+    const fetching = mayFetch && !j.verdict;
+    ui.verdict.textContent = j.verdict || (fetching ? "…" : "No verdict recorded for this request.");
+    ui.verdict.classList.toggle("pending", fetching);
+    if (fetching) fetchWhole(id);
 
     const segs = segments(j);
     const fall = $(".detail-fall", d);
@@ -656,7 +670,7 @@
       const whole = await getJson(`/journeys/${encodeURIComponent(id)}`);
       const i = rows.findIndex((j) => (j.request_id || j.id) === id);
       if (i >= 0) rows[i] = whole;
-      if (selectedId === id && !ui.detail.hidden) openDetail(whole, id);
+      if (selectedId === id && !ui.detail.hidden) openDetail(whole, id, false);
       return;
     } catch (err) {
       if (err instanceof Locked) {
@@ -756,7 +770,7 @@
   // The map: equirectangular, cropped at 60° south (Antarctica is only in the way)
 
   const MAP_W = 960;
-  const MAP_H = 480; // the whole sphere; the viewBox shows the top 400 (down to 60° S)
+  const MAP_H = 480; // the whole sphere; a view never goes below MAP_SOUTH
   const MAP_SOUTH = -60;
 
   const project = (lon, lat) => [((lon + 180) / 360) * MAP_W, ((90 - lat) / 180) * MAP_H];
@@ -1019,7 +1033,7 @@
     const reusedBy = new Map(); // upstream → reused connections
     const connectBy = new Map(); // upstream → connect ms of new connections
     const waits = new Map(); // upstream → { n, sums: phase → ms }
-    const c = { total: 0, failures: 0, hedgesWon: 0, hedged: 0 };
+    const c = { total: 0, failures: 0, hedgesWon: 0, hedged: 0, cold: 0 };
 
     for (const r of records) {
       const i = Math.floor((r.at - first) / BUCKET_S);
@@ -1041,6 +1055,7 @@
         }
       }
       if (r.hedge) c.hedged += w;
+      if (r.cold) c.cold += w;
       if (r.hedge === "won") c.hedgesWon += w;
       if (hit && r.e2e != null) hitList.push([r.model, r.e2e, w]);
       if (r.cache === "miss" && !r.failed && r.e2e != null) push(missE2e, r.model, r.e2e);
@@ -1138,7 +1153,10 @@
     set("requests", known ? count(c.total) : "—", c.failures ? `${count(c.failures)} failed` : known ? "none failed" : "");
     const targets = state?.targets || [];
     const cold = targets.reduce((sum, t) => sum + (num(t.cold_start?.seen) || 0), 0);
-    set("cold", targets.length ? count(cold) : "—", targets.length ? "since the gateway started" : "");
+    // The router's count (what it detected from first tokens after idle spells); the journeys' own
+    // count (what upstreams declared) beside it, as the two can differ.
+    set("cold", targets.length ? count(cold) : "—",
+      known ? `detected by the router · ${count(c.cold)} requests met one in 15 min` : "");
     set("hedges", known ? count(c.hedgesWon) : "—", c.hedged ? `of ${count(c.hedged)} hedged requests` : "");
     set("cache", fmtSeconds(c.cacheSaved),
       c.cacheSaved == null ? (c.hits ? "no misses of those models to compare with" : "no cache hits yet")
@@ -1210,7 +1228,7 @@
   let xRange = [0, 1];
 
   function chartTheme() {
-    return { axis: cssVar("--muted"), grid: cssVar("--grid"), fg: cssVar("--fg"), error: cssVar("--bad"),
+    return { axis: cssVar("--muted"), grid: cssVar("--grid"), error: cssVar("--bad"),
       requests: cssVar("--faint"), hit: cssVar("--hit"), semantic: cssVar("--semantic") };
   }
 
@@ -1267,7 +1285,7 @@
     drawChart("itl", signature, () => baseOptions(
       ups.flatMap((up) => [line(`${up} ITL p50`, upstreamColour(up), { scale: "y" }),
         line(`${up} tok/s p50`, upstreamColour(up), { scale: "tps", dash: [2, 3], value: (u, v) => (v == null ? "" : `${Math.round(v)} tok/s`) })]),
-      axes(theme, fmtTick, [{ scale: "tps", side: 1, size: 48, grid: { show: false }, values: (u, t) => t.map(fmtTick) }]),
+      axes(theme, fmtTick, [{ scale: "tps", side: 1, size: 48, grid: { show: false }, values: (u, t) => t.map((v) => `${+v.toFixed(1)}`) }]),
       { tps: { range: upRange } }),
     [agg.xs, ...ups.flatMap((up) => (per(up).itl.length ? [q(per(up).itl, 0.5), q(per(up).tps, 0.5)] : [blank(), blank()]))]);
 
@@ -1370,6 +1388,7 @@
       lock: $('[data-testid="lock"]'),
       lockMessage: $('[data-testid="lock-message"]'),
       keyInput: $('[data-testid="admin-key"]'),
+      unlock: $('[data-testid="unlock"]'),
       board: $("main.board"),
       rows: $('[data-testid="live-rows"]'),
       empty: $('[data-testid="live-empty"]'),
