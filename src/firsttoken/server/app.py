@@ -146,7 +146,7 @@ class Gateway:
             dashboard = Dashboard(settings, keys, journeys, self.sink.feed, router, self.keep_warm, upstreams)
             self.routes["/dashboard"] = {"GET": dashboard.page}
             self.routes["/dashboard/"] = {"GET": dashboard.page}
-            for name, handler in (("state", dashboard.state), ("recent", dashboard.recent),
+            for name, handler in (("auth", dashboard.auth), ("state", dashboard.state), ("recent", dashboard.recent),
                                   ("history", dashboard.history), ("events", dashboard.events)):
                 self.routes[f"/dashboard/api/{name}"] = {"GET": handler}
             self.prefix_routes["/dashboard/assets/"] = {"GET": dashboard.asset}

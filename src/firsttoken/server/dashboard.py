@@ -102,6 +102,16 @@ class Dashboard:
                                    type="permission_error", code="not_admin")
             raise unauthorized("That is not the dashboard's admin key (dashboard.admin_key in the config).")
 
+    async def auth(self, scope: Scope, receive: Receive, send: Send, base: Headers, timeline: Timeline) -> None:
+        """Whether the key sent opens the data, always as a 200: a page that asks this way before it asks for
+        data never meets a 401 (which the browser reports on its console whatever the page does)."""
+        try:
+            self._allow(scope)
+            verdict: dict[str, Any] = {"locked": False, "error": None}
+        except GatewayError as refused:
+            verdict = {"locked": True, "error": {"message": refused.message, "code": refused.code}}
+        await send_json(send, 200, verdict, [*base, (b"cache-control", b"no-store")])
+
     async def state(self, scope: Scope, receive: Receive, send: Send, base: Headers, timeline: Timeline) -> None:
         self._allow(scope)
         await send_json(send, 200, self.snapshot(), [*base, (b"cache-control", b"no-store")])
@@ -188,7 +198,8 @@ class Dashboard:
             if view["target"] in named or view["target"] in answered:
                 targets.append({**view, "upstream": str(view["target"]).partition("/")[0]})
         cache = self.settings.cache
-        return {"version": __version__, "gateway": {"location": _place(self.settings.place)},
+        return {"version": __version__, "now": round(time.time(), 3),
+                "gateway": {"location": _place(self.settings.place)},
                 "upstreams": upstreams, "targets": targets,
                 "cache": {"enabled": cache.enabled, "semantic": cache.enabled and cache.semantic,
                           "similarity": cache.similarity}}

@@ -343,6 +343,9 @@
 
   /** State and the newest journeys; the on-disk history once. After a break this fills the gap. */
   async function loadSnapshot() {
+    // Asked first, and answered with a 200 either way: a refused key never shows as a 401 on the console.
+    const auth = await getJson("/auth");
+    if (auth.locked) throw new Locked((auth.error && auth.error.message) || "locked");
     applyState(await getJson("/state"));
     const recent = await getJson(`/recent?limit=${MAX_ROWS}`);
     if (!historyLoaded) {
