@@ -30,6 +30,7 @@ from rich.console import Console
 
 MODEL = "llama-3.1-8b"
 IDLE_UNLOAD_S = 4.0  # Virginia unloads its model after this long without a request: the cold start
+KEEP_WARM_S = 2.0  # …and the gateway pings it after this long idle, from the first request on
 STALL_S = 3.0  # Frankfurt's first tokens are this late: the hedge
 HEDGE_AFTER_S = 0.4
 BURST = 48  # streams at once, against a batch of MAX_BATCH: the GPU's queue
@@ -110,7 +111,9 @@ def regions_and_gateway(work: Path, port: int) -> Iterator[tuple[str, list[int]]
             children.append((f"http://127.0.0.1:{sim_port}/v1/models", child, log))
         config = {
             "location": "lagos",
-            "upstreams": {"virginia": {"url": f"http://127.0.0.1:{virginia}/v1", "region": "aws:us-east-1"},
+            # Once a client has asked for it, the gateway pings Virginia's model before it would unload.
+            "upstreams": {"virginia": {"url": f"http://127.0.0.1:{virginia}/v1", "region": "aws:us-east-1",
+                                       "keep_warm": {"idle_s": KEEP_WARM_S}},
                           "frankfurt": {"url": f"http://127.0.0.1:{frankfurt}/v1", "region": "aws:eu-central-1"}},
             "models": {MODEL: [f"virginia/{MODEL}"], "raced": [f"frankfurt/{MODEL}", f"virginia/{MODEL}"]},
             "routing": {"ordered": ["raced"], "hedge": {"max_s": HEDGE_AFTER_S, "budget": 1.0}},
@@ -156,9 +159,9 @@ async def cold_start(client: httpx.AsyncClient) -> Step:
     cold = journey["upstream_timing"].get("cold", 0.0)
     return Step("A cold start", f"The model in Virginia had been unloaded after {IDLE_UNLOAD_S:.0f} s without a "
                 f"request: the first token took {_ms(journey['phases']['ttft'])}, {cold / 1000:.1f} s of it loading "
-                f"the model back. firsttoken learns when a model unloads and can ping it before it does "
-                f"(upstreams.NAME.keep_warm).", {"cold_ms": cold, "ttft_ms": journey["phases"]["ttft"],
-                                                 "request_id": journey["request_id"]})
+                f"the model back. From now on firsttoken pings it after {KEEP_WARM_S:.0f} s idle, before it "
+                f"unloads (upstreams.virginia.keep_warm; left unset, it learns when a model unloads).",
+                {"cold_ms": cold, "ttft_ms": journey["phases"]["ttft"], "request_id": journey["request_id"]})
 
 
 async def warm(client: httpx.AsyncClient) -> Step:
@@ -201,9 +204,13 @@ async def paraphrase(client: httpx.AsyncClient) -> Step:
 
 async def hedge(client: httpx.AsyncClient) -> Step:
     journey = await _stream(client, "raced", "Which region answers first?")
+    won = journey["hedge"].startswith("hedge-of=")
+    outcome = (f"firsttoken raced Virginia, which won: first token in {_ms(journey['phases']['ttft'])} instead of "
+               f"over {STALL_S:.0f} s" if won else
+               f"firsttoken raced Virginia, but Frankfurt still answered first ({journey['hedge'] or 'no hedge'}): "
+               f"first token in {_ms(journey['phases']['ttft'])}")
     return Step("A hedge", f"Frankfurt was stalling ({STALL_S:.0f} s before its first token). After "
-                f"{HEDGE_AFTER_S * 1000:.0f} ms firsttoken raced Virginia, which won: first token in "
-                f"{_ms(journey['phases']['ttft'])} instead of over {STALL_S:.0f} s.",
+                f"{HEDGE_AFTER_S * 1000:.0f} ms {outcome}.",
                 {"hedge": journey["hedge"], "route": journey["route"], "ttft_ms": journey["phases"]["ttft"],
                  "request_id": journey["request_id"]})
 
