@@ -61,6 +61,9 @@ def test_a_late_first_token_is_raced_and_the_hedge_wins(gateway, upstream) -> No
     latest = journey.json()["data"][0]
     assert latest["route"] == "fake/echo" and latest["hedge"] == "hedge-of=fake/sleep-3000"
     assert latest["attempts"] == 2
+    # the wait before the hedge is the first target's slowness, not the gateway's
+    assert latest["verdict"].startswith("fake/sleep-3000 was slow to its first token: after 2")
+    assert "a hedge raced fake/echo, which answered first" in latest["verdict"]
 
 
 def test_the_loser_is_cut_off_so_its_provider_stops_generating(gateway, upstream) -> None:

@@ -140,6 +140,11 @@ def verdict(journey: Journey, provider_ms: float | None = None) -> str:
                 f"(similarity {similarity})")
     if journey.cache == CacheOutcome.JOINED.value:
         return f"joined an identical request already in flight: {p.e2e:.0f} ms, one upstream request for both"
+    if journey.hedge.startswith("hedge-of="):  # the wait before the hedge went out is in `gateway`
+        first = journey.hedge.removeprefix("hedge-of=")
+        words = (f"{first} was slow to its first token: after {p.gateway:.0f} ms a hedge raced {journey.route}, "
+                 f"which answered first")
+        return words + _generation(journey)
     cold = journey.upstream_timing.get("cold", 0.0)
     parts = {
         "client": p.client_rtt or 0.0,
@@ -172,6 +177,12 @@ def verdict(journey: Journey, provider_ms: float | None = None) -> str:
         words = f"most of this wait was the gateway itself: {p.gateway:.1f} ms"
     else:  # nothing measured beyond the total (no TCP socket to read, no first byte)
         words = f"{p.e2e:.0f} ms from request to last byte"
+    return words + _generation(journey)
+
+
+def _generation(journey: Journey) -> str:
+    """"; generation: 64 tokens at 123 tok/s", and what the provider's prompt cache served, when known."""
+    words = ""
     tokens = journey.output_tokens or journey.token_events
     if journey.tokens_per_s and tokens:
         words += f"; generation: {tokens} tokens at {journey.tokens_per_s:.0f} tok/s"
