@@ -301,8 +301,10 @@ def trace(url: str, model: str | None, prompt: str | None, runs: int, max_tokens
     try:
         target = endpoint(url, api=api, key_env=api_key_env, region=region)  # type: ignore[arg-type]
         place = resolve(origin) if origin else _configured_location(config_path)
-        result = asyncio.run(run_trace(target, model=model, prompt=prompt or DEFAULT_PROMPT, runs=runs,
-                                       max_tokens=max_tokens, origin=place))
+        with err.status("") as status:  # a spinner on a terminal, nothing in a pipe
+            result = asyncio.run(run_trace(target, model=model, prompt=prompt or DEFAULT_PROMPT, runs=runs,
+                                           max_tokens=max_tokens, origin=place,
+                                           progress=lambda words: status.update(f"{words}…")))
     except (EndpointError, GeoError) as exc:
         err.print(f"firsttoken trace: {exc}", markup=False, soft_wrap=True)
         sys.exit(2)

@@ -224,11 +224,20 @@ def distance(warm_step: Step, floor_ms: float | None, rtt_ms: float | None) -> S
                                                                   "verdict": warm_step.facts["verdict"]})
 
 
-async def tour(url: str, show: Callable[[Step], Awaitable[None]]) -> list[Step]:
+# What each step is doing while it runs (the cold start alone takes over ten seconds).
+DOING = {cold_start: f"waiting {IDLE_UNLOAD_S:.0f} s for Virginia to unload its model, then asking it",
+         warm: "asking Virginia again", burst: f"sending {BURST} requests at once",
+         cached: "asking the same question again", paraphrase: "asking it in other words",
+         hedge: "asking Frankfurt, which stalls"}
+
+
+async def tour(url: str, show: Callable[[Step], Awaitable[None]],
+               doing: Callable[[str], None] = lambda _: None) -> list[Step]:
     steps: list[Step] = []
     async with httpx.AsyncClient(base_url=url, timeout=60,
                                  limits=httpx.Limits(max_connections=BURST + 4)) as client:
         for make in (cold_start, warm, burst, cached, paraphrase, hedge):
+            doing(DOING[make])
             step = await make(client)
             steps.append(step)
             await show(step)
@@ -244,21 +253,24 @@ def run(port: int, pace: float, console: Console) -> Tour:
     """The whole tour; every process stopped at the end (also on an error or Ctrl-C)."""
     with tempfile.TemporaryDirectory(prefix="firsttoken-demo-") as directory:
         work = Path(directory)
-        console.print("Starting two simulated regions (Virginia, Frankfurt) and a gateway in Lagos…", style="dim")
-        with regions_and_gateway(work, port) as (url, pids):
+        with ExitStack() as running:
+            with console.status("Starting two simulated regions (Virginia, Frankfurt) and a gateway in Lagos…"):
+                url, pids = running.enter_context(regions_and_gateway(work, port))
             result = Tour(f"{url}/dashboard", pids=pids)
             console.print(f"Watch it on the dashboard: [bold cyan]{result.dashboard}[/]")
             time.sleep(pace)
 
             shown = 0
+            with console.status("", spinner="dots") as status:  # drawn on a terminal only
 
-            async def show(step: Step) -> None:
-                nonlocal shown
-                shown += 1
-                console.print()
-                console.print(f"{shown}. {step.title}", style="bold", markup=False)
-                console.print(step.said, markup=False, highlight=False)
-                await asyncio.sleep(pace)
+                async def show(step: Step) -> None:
+                    nonlocal shown
+                    shown += 1
+                    console.print()
+                    console.print(f"{shown}. {step.title}", style="bold", markup=False)
+                    console.print(step.said, markup=False, highlight=False)
+                    status.update("")
+                    await asyncio.sleep(pace)
 
-            result.steps = asyncio.run(tour(url, show))
+                result.steps = asyncio.run(tour(url, show, lambda words: status.update(f"{words}…")))
     return result

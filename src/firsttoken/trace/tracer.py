@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,12 +30,17 @@ class Trace:
 
 
 async def trace(target: Endpoint, *, model: str | None, prompt: str = DEFAULT_PROMPT, runs: int = 2,
-                max_tokens: int = 64, origin: Place | None = None) -> Trace:
-    model = model or await first_model(target)
+                max_tokens: int = 64, origin: Place | None = None,
+                progress: Callable[[str], None] = lambda _: None) -> Trace:
+    """`progress` hears what is being done, for a person watching a trace that takes seconds."""
+    if model is None:
+        progress("asking the endpoint for its models")
+        model = await first_model(target)
     body = target.body(model, prompt, max_tokens)
     done: list[Run] = []
     async with session() as client:
-        for _ in range(runs):
+        for index in range(runs):
+            progress(f"run {index + 1} of {runs}: {'a new' if index == 0 else 'the same'} connection, {model}")
             run = await probe(client, target, body)
             run.timeline.floor_ms = origin.floor_ms(target.region) if origin and target.region else None
             done.append(run)
