@@ -193,6 +193,8 @@ def test_trace_through_the_gateway_tells_the_journeys_story(line: DelayLine, jou
                     capture_output=True, text=True, timeout=30)
     assert told.returncode == 0, told.stderr
     for run, journey in zip(runs, json.loads(told.stdout), strict=True):
-        assert journey["verdict"].startswith("most of this wait was distance: a 12"), journey["verdict"]
+        # distance, or (when the gateway had to open a connection to the region again) its handshake
+        assert journey["verdict"].startswith(("most of this wait was distance: a 12",
+                                              "a new connection cost 12")), journey["verdict"]
         assert one_sample(run["rtt_ms"], RTT_MS), run
         assert_one_story(run, journey)
