@@ -1,6 +1,7 @@
 """Every surface tells the same story of one request: `firsttoken trace` through the gateway that stands
 in for Lagos in front of its simulated region (whose distance is ground truth, declared in Server-Timing),
-the gateway's Server-Timing header, and its journey. A simulated distance is distance, never queue."""
+the gateway's Server-Timing header, its journey, /metrics, the journey log and the dashboard. A simulated
+distance is distance, never queue."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from firsttoken.journey.server_timing import parse_server_timing
 from support.gateway_process import GatewayProcess
@@ -56,3 +59,35 @@ def test_server_timing_carries_the_journeys_round_trip(gateway: GatewayProcess) 
     phases = journey(gateway, response.headers["x-request-id"])["phases"]
     assert timing["rtt"] == pytest.approx(phases["rtt"], abs=0.01) and timing["rtt"] > 100  # not the loopback's
     assert timing["floor"] == pytest.approx(phases["floor"], abs=0.01)
+
+
+def phase_sums(gateway: GatewayProcess) -> dict[str, float]:
+    """firsttoken_journey_phase_seconds's sum per phase, for the simulated region, in ms."""
+    sums: dict[str, float] = {}
+    for family in text_string_to_metric_families(httpx.get(f"{gateway.url}/metrics", timeout=10).text):
+        for sample in family.samples:
+            if sample.name == "firsttoken_journey_phase_seconds_sum" and \
+                    sample.labels.get("firsttoken_upstream") == "sim":
+                sums[sample.labels["phase"]] = sample.value * 1000.0
+    return sums
+
+
+def test_the_metrics_the_log_and_the_dashboard_hold_the_journeys_phases(gateway: GatewayProcess) -> None:
+    before = phase_sums(gateway)
+    response = httpx.post(f"{gateway.url}/v1/chat/completions", timeout=30, json={
+        "model": "llama-3.1-8b", "max_tokens": 8, "stream": True,
+        "messages": [{"role": "user", "content": "one request, every surface"}]})
+    assert response.status_code == 200
+    request_id = response.headers["x-request-id"]
+    told = journey(gateway, request_id)
+    added = {phase: total - before.get(phase, 0.0) for phase, total in phase_sums(gateway).items()}
+    for phase in ("rtt", "queue+prefill", "decode", "gateway"):  # /metrics takes the batch first: none late
+        assert added[phase] == pytest.approx(told["phases"][phase], abs=0.05), phase
+    time.sleep(0.8)  # past the log writer's flush
+    kept = httpx.get(f"{gateway.url}/dashboard/api/history?since={time.time() - 60}", timeout=10).json()["data"]
+    logged = next(j for j in kept if j["request_id"] == request_id)
+    live = httpx.get(f"{gateway.url}/dashboard/api/journeys/{request_id}", timeout=10).json()
+    for phase, value in told["phases"].items():
+        assert logged["phases"][phase] == pytest.approx(value, abs=0.01), phase
+        assert live["phases"][phase] == value, phase
+    assert live["verdict"] == told["verdict"]
