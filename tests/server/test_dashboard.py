@@ -84,6 +84,8 @@ def test_recent_and_history_hold_the_same_journey(open_gateway: GatewayProcess) 
     for phase in ("rtt", "floor", "queue+prefill", "ttft", "e2e"):
         assert kept["phases"][phase] == pytest.approx(live["phases"][phase], abs=0.01), phase
     assert kept["cache"] == live["cache"] == "miss" and kept["upstream_timing"]["distance"] > 100
+    # the verdict made again from the row (which keeps no input token count, so no prompt-cache clause)
+    assert live["verdict"].startswith(kept["verdict"].partition("; the provider's prompt cache")[0])
     bad = httpx.get(f"{open_gateway.url}/dashboard/api/history?since=yesterday", timeout=10)
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "since"
 

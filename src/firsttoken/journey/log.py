@@ -14,7 +14,8 @@ from itertools import chain
 from pathlib import Path
 from typing import Any
 
-from firsttoken.journey.attribution import Phases, tokens_per_s
+from firsttoken.journey.attribution import Journey, Phases, tokens_per_s, verdict
+from firsttoken.journey.server_timing import parse_server_timing
 from firsttoken.journey.timeline import Timeline
 from firsttoken.private_files import private_file
 
@@ -138,3 +139,24 @@ def read(path: str | Path, since: float | None = None, model: str | None = None,
         return [dict(zip(COLUMNS, r, strict=True)) for r in rows]
     finally:
         db.close()
+
+
+def journey_of(found: dict[str, Any]) -> Journey:
+    """A row read back as the journey it was, verdict included (the log keeps no handshake steps and no input
+    token count: those are None)."""
+    p = Phases(*(found[name] if found[name] is not None or name in _MAY_BE_NONE else 0.0 for name in _PHASES))
+    journey = Journey(found["id"], "chat" if found.get("api") != "embeddings" else "embeddings",
+                      found["tenant"] or "", found["model"] or "", found["route"] or "", found["upstream"] or "",
+                      bool(found["stream"]), found["status"] or 0, found["attempts"] or 0, bool(found["reused"]), p,
+                      found["output_tokens"], None, found.get("cached_tokens"), 0, found["tokens_per_s"],
+                      found["itl_max"], parse_server_timing(found["upstream_timing"]), None,
+                      found.get("cache_outcome") or "bypass", found.get("hedge") or "",
+                      {"code": found["error_code"], "message": found.get("error") or ""}
+                      if found.get("error_code") else None, found.get("api") or "chat")
+    provider = p.ttfb - p.rtt if p.rtt is not None else None
+    return Journey(**{**journey.__dict__, "verdict": verdict(journey, provider)})
+
+
+_PHASES = ("client_rtt", "gateway", "cache", "pool", "connect", "ttfb", "rtt", "floor", "distance_tax",
+           "queue_prefill", "ttft", "decode", "e2e")
+_MAY_BE_NONE = {"client_rtt", "rtt", "floor", "distance_tax", "queue_prefill", "ttft", "decode"}

@@ -27,7 +27,6 @@ from firsttoken.journey import log as journey_log
 from firsttoken.journey.attribution import attribute, phases
 from firsttoken.journey.feed import JourneyFeed, sse_event
 from firsttoken.journey.recent import RecentJourneys
-from firsttoken.journey.server_timing import parse_server_timing
 from firsttoken.journey.timeline import Timeline
 from firsttoken.routing.keepwarm import KeepWarm
 from firsttoken.routing.metrics import target_view
@@ -141,7 +140,8 @@ class Dashboard:
         since = _query_number(scope, "since", time.time() - HISTORY_S, 0, time.time())
         path = self.settings.journeys.log
         rows = await asyncio.to_thread(journey_log.read, path, since, None, HISTORY_ROWS) if path else []
-        await send_json(send, 200, {"data": [_journey_of(row) for row in rows]},
+        await send_json(send, 200, {"data": [{**journey_log.journey_of(row).to_dict(), "at": row["at"]}
+                                             for row in rows]},
                         [*base, (b"cache-control", b"no-store")])
 
     async def events(self, scope: Scope, receive: Receive, send: Send, base: Headers, timeline: Timeline) -> None:
@@ -242,22 +242,3 @@ def _query_number(scope: Scope, name: str, default: float, low: float, high: flo
     except ValueError:
         raise GatewayError(400, f"{name} must be a number", param=name, code="invalid_value") from None
     return min(max(value, low), high)
-
-
-_PHASES = ("client_rtt", "gateway", "cache", "pool", "connect", "ttfb", "rtt", "floor", "ttft", "decode", "e2e")
-
-
-def _journey_of(row: dict[str, Any]) -> dict[str, Any]:
-    """A journey log row in the shape of a live journey, as far as the log holds it (no verdict)."""
-    phases_ = {name: row.get(name) for name in _PHASES}
-    phases_["queue+prefill"] = row.get("queue_prefill")
-    phases_["distance tax"] = row.get("distance_tax")
-    return {"request_id": row["id"], "at": row["at"], "tenant": row["tenant"], "model": row["model"],
-            "route": row["route"], "upstream": row["upstream"], "stream": bool(row["stream"]),
-            "status": row["status"], "attempts": row["attempts"], "reused_connection": bool(row["reused"]),
-            "output_tokens": row["output_tokens"], "cached_input_tokens": row.get("cached_tokens"),
-            "tokens_per_s": row["tokens_per_s"], "itl_max_ms": row["itl_max"],
-            "upstream_timing": parse_server_timing(row["upstream_timing"]), "handshake": None,
-            "cache": row.get("cache_outcome") or "bypass", "hedge": row.get("hedge") or "",
-            "error": {"code": row["error_code"], "message": row.get("error") or ""} if row.get("error_code") else None,
-            "api": row.get("api") or "chat", "verdict": "", "phases": phases_}
