@@ -91,7 +91,8 @@ def test_the_dashboard_draws_live_journeys_and_the_map(tmp_path: Path, browser_f
         label = page.locator("text.arc-label[data-upstream=sim]")
         expect(label).to_contain_text("measured 129", timeout=10_000)
         expect(label).to_contain_text("floor 86 ms")  # an SVG text: no inner_text
-        page.wait_for_timeout(1500)  # the charts redraw once a second
+        # over time, a series per upstream and model (the charts redraw once a second)
+        expect(page.locator("[data-testid=chart-ttft]")).to_contain_text("sim/llama-3.1-8b p50", timeout=5_000)
         view.shot("dashboard.png", full_page=True)
         page.locator(f"tr[data-request-id={miss.headers['x-request-id']}]").click()
         verdict = page.locator("[data-testid=journey-detail] [data-testid=verdict]")

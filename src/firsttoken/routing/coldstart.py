@@ -20,6 +20,7 @@ class ColdStarts:
         self.warm: deque[float] = deque(maxlen=64)
         self.cold: deque[float] = deque(maxlen=16)
         self.idle_before_cold: deque[float] = deque(maxlen=16)  # the idle spell that ended in each
+        self.seen = 0  # cold starts met since the gateway started (the deques keep only the latest)
 
     def observe(self, ttft_ms: float, idle_s: float | None) -> None:
         warm = statistics.median(self.warm) if self.warm else None
@@ -27,6 +28,7 @@ class ColdStarts:
                 and ttft_ms > max(COLD_TIMES * warm, warm + COLD_EXTRA_MS)):
             self.cold.append(ttft_ms)
             self.idle_before_cold.append(idle_s)
+            self.seen += 1
         else:
             self.warm.append(ttft_ms)
 

@@ -58,6 +58,6 @@ def target_view(router: Router, state: TargetState, keep_warm: KeepWarm) -> dict
     return {"target": state.target.label, "in_flight": state.in_flight, "breaker": state.health.state.value,
             "expected_ttft_ms": {"stream": ms(state.streams.value(now)), "whole": ms(state.answers.value(now))},
             "ttft_p90_ms": ms(state.streams.percentile(90)), "idle_s": ms(router.idle_for(state)),
-            "cold_start": {"penalty_ms": ms(state.cold.penalty_ms), "seen": len(state.cold.cold),
+            "cold_start": {"penalty_ms": ms(state.cold.penalty_ms), "seen": state.cold.seen,
                            "unloads_after_s": ms(state.cold.unloads_after_s)},
             "keep_warm_pings_last_hour": len(keep_warm.pings.get(state.target.label, ()))}

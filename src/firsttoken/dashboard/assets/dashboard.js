@@ -252,6 +252,8 @@
       w: num(j.weight) != null && j.weight > 0 ? j.weight : 1,
       up: j.upstream || "",
       model: j.model || "",
+      // The charts' series: each upstream and model that answered (the route), as "virginia/llama-3.1-8b".
+      series: j.route && j.upstream ? j.route : j.upstream || "",
       ttft: num(p.ttft),
       e2e: num(p.e2e),
       itl: num(j.itl_max_ms),
@@ -1029,7 +1031,7 @@
     const lookups = zeros();
     const hits = zeros();
     const semantic = zeros();
-    const perUp = new Map(); // upstream → { ttft, itl, tps } per bucket
+    const perUp = new Map(); // upstream/model → { ttft, itl, tps } per bucket
     const similarities = []; // [similarity, weight]
     const missE2e = new Map(); // model → e2e of successful misses
     const hitList = []; // [model, e2e, weight]
@@ -1066,8 +1068,8 @@
       if (r.reused) reusedBy.set(r.up, (reusedBy.get(r.up) || 0) + w);
       if (r.newConnect != null) push(connectBy, r.up, r.newConnect);
       if (hit || r.failed) continue; // the charts and breakdown are about requests that went upstream
-      let u = perUp.get(r.up);
-      if (!u) perUp.set(r.up, (u = { ttft: lists(), itl: lists(), tps: lists() }));
+      let u = perUp.get(r.series);
+      if (!u) perUp.set(r.series, (u = { ttft: lists(), itl: lists(), tps: lists() }));
       if (r.ttft != null) u.ttft[i].push(r.ttft);
       if (r.itl != null) u.itl[i].push(r.itl);
       if (r.tps != null) u.tps[i].push(r.tps);
@@ -1225,7 +1227,7 @@
   }
 
   // ---------------------------------------------------------------------------------------------
-  // Charts (uPlot). Series follow the upstreams seen; a new upstream rebuilds its chart.
+  // Charts (uPlot). Series follow the upstreams and models seen; a new one rebuilds its chart.
 
   const charts = new Map(); // name → { u, signature, el }
   let xRange = [0, 1];
