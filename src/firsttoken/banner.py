@@ -18,7 +18,7 @@ from firsttoken.config import NOTHING_CONFIGURED, SIM_UPSTREAM, Settings
 
 def banner(settings: Settings, workers: int, console: Console) -> None:
     listen = settings.listen
-    base = f"http://{listen.host}:{listen.port}/v1"
+    base = f"{listen.scheme}://{listen.host}:{listen.port}/v1"
     console.print(Text.assemble((f"firsttoken {__version__}", "bold"), " listening on ", (base, "bold cyan")))
     grid = Table.grid(padding=(0, 2), pad_edge=False)
     grid.add_column(no_wrap=True, style="cyan")

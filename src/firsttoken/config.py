@@ -61,6 +61,22 @@ class Listen(_Strict):
     allow_unauthenticated: bool = False
     access_log: bool = Field(False, description="a line per request on stderr: id, method, path, status, route, "
                                                 "cache, ttft, e2e")
+    tls_cert: str | None = Field(None, description="serve HTTPS with this certificate chain (PEM)")
+    tls_key: str | None = Field(None, description="its private key (PEM; default: in the tls_cert file)")
+
+    @model_validator(mode="after")
+    def _tls_files(self) -> Listen:
+        if self.tls_key is not None and self.tls_cert is None:
+            raise ValueError("tls_key without tls_cert: give the certificate too")
+        for name in ("tls_cert", "tls_key"):
+            path = getattr(self, name)
+            if path is not None and not Path(path).is_file():
+                raise ValueError(f"{name}: no file at {path}")
+        return self
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls_cert is not None else "http"
 
 
 class Timeouts(_Strict):

@@ -58,7 +58,8 @@ def serve(settings: Settings, config_path: str | None, workers: int, sock: socke
                                    http=http_protocol(settings.limits),
                                    loop="uvloop", lifespan="on", access_log=False, log_level="warning",
                                    timeout_keep_alive=75, server_header=False, date_header=False,
-                                   proxy_headers=False)  # we trust no X-Forwarded-* by default
+                                   proxy_headers=False,  # we trust no X-Forwarded-* by default
+                                   ssl_certfile=settings.listen.tls_cert, ssl_keyfile=settings.listen.tls_key)
     if workers == 1:
         from firsttoken.server.app import create_app
 
