@@ -62,15 +62,22 @@ class Journey:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        phases = data.pop("phases")
-        phases["queue+prefill"] = phases.pop("queue_prefill")
-        phases["distance tax"] = phases.pop("distance_tax")
-        return {**data, "phases": {k: _round(v) for k, v in phases.items()},
-                "tokens_per_s": _round(self.tokens_per_s), "itl_max_ms": _round(self.itl_max_ms)}
+        del data["phases"]
+        return {**data, "phases": phases_on_the_wire(self.phases),
+                "tokens_per_s": round_ms(self.tokens_per_s), "itl_max_ms": round_ms(self.itl_max_ms)}
 
 
-def _round(value: float | None) -> float | None:
+def round_ms(value: float | None) -> float | None:
     return None if value is None else round(value, 2)
+
+
+def phases_on_the_wire(p: Phases) -> dict[str, float | None]:
+    """The phases as a journey's JSON names them (docs/contracts.md), to a hundredth of a ms."""
+    return {"client_rtt": round_ms(p.client_rtt), "gateway": round_ms(p.gateway), "cache": round_ms(p.cache),
+            "pool": round_ms(p.pool), "connect": round_ms(p.connect), "ttfb": round_ms(p.ttfb),
+            "rtt": round_ms(p.rtt), "floor": round_ms(p.floor), "ttft": round_ms(p.ttft),
+            "decode": round_ms(p.decode), "e2e": round_ms(p.e2e), "queue+prefill": round_ms(p.queue_prefill),
+            "distance tax": round_ms(p.distance_tax)}
 
 
 def phases(timeline: Timeline) -> tuple[Phases, float | None, dict[str, float]]:

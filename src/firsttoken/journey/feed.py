@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from firsttoken.journey.attribution import Phases, tokens_per_s
+from firsttoken.journey.attribution import Phases, phases_on_the_wire, round_ms, tokens_per_s
 from firsttoken.journey.timeline import Timeline
 
 WATCHER_BACKLOG = 2000  # events a watcher may fall behind by before its oldest are dropped
@@ -28,9 +28,6 @@ class Watcher:
         self.events: deque[bytes] = deque(maxlen=WATCHER_BACKLOG)
         self.dropped = 0
         self._ready = asyncio.Event()
-
-    def push(self, event: bytes) -> None:
-        self.push_all([event])
 
     def push_all(self, events: list[bytes]) -> None:
         overflow = len(self.events) + len(events) - WATCHER_BACKLOG
@@ -80,8 +77,10 @@ class JourneyFeed:
         `weight` it stands for (the page sums weights for counts; a uniform sample keeps percentiles): a page
         cannot show thousands of rows a second, and each one costs the gateway a few µs and a socket write."""
         budget = max(1, round(LIVE_PER_S * self.batch_s))
-        failed = [item for item in finished if item[0].error_code or item[0].status >= 400]
-        rest = [item for item in finished if not (item[0].error_code or item[0].status >= 400)]
+        failed: list[tuple[Timeline, Phases, float]] = []
+        rest: list[tuple[Timeline, Phases, float]] = []
+        for item in finished:
+            (failed if item[0].error_code or item[0].status >= 400 else rest).append(item)
         room = max(1, budget - len(failed))
         weight = 1.0
         if len(rest) > room:
@@ -91,11 +90,6 @@ class JourneyFeed:
         events += [sse_event("journey", {**live_journey(t, p, at), "weight": weight}) for t, p, at in rest]
         for watcher in self._watchers:
             watcher.push_all(events)
-
-    def broadcast(self, name: str, data: object) -> None:
-        event = sse_event(name, data)
-        for watcher in self._watchers:
-            watcher.push(event)
 
 
 def live_journey(timeline: Timeline, p: Phases, at: float) -> dict[str, Any]:
@@ -109,22 +103,13 @@ def live_journey(timeline: Timeline, p: Phases, at: float) -> dict[str, Any]:
         "stream": timeline.stream, "status": timeline.status, "attempts": timeline.attempts,
         "reused_connection": timeline.reused, "output_tokens": timeline.output_tokens,
         "input_tokens": timeline.input_tokens, "cached_input_tokens": timeline.cached_tokens,
-        "token_events": timeline.token_events, "tokens_per_s": _round(tokens_per_s(timeline, p)),
+        "token_events": timeline.token_events, "tokens_per_s": round_ms(tokens_per_s(timeline, p)),
         "itl_max_ms": round(timeline.max_gap * 1000.0, 2) if timeline.token_events > 1 else None,
         "upstream_timing": timeline.declared, "handshake": None,
         "cache": timeline.cache.header(timeline.similarity).decode(),
         "hedge": timeline.hedge.decode().removeprefix("; "),
         "error": {"code": timeline.error_code, "message": timeline.error} if timeline.error_code else None,
-        "api": timeline.api, "verdict": None,
-        "phases": {"client_rtt": _round(p.client_rtt), "gateway": _round(p.gateway), "cache": _round(p.cache),
-                   "pool": _round(p.pool), "connect": _round(p.connect), "ttfb": _round(p.ttfb),
-                   "rtt": _round(p.rtt), "floor": _round(p.floor), "distance tax": _round(p.distance_tax),
-                   "queue+prefill": _round(p.queue_prefill), "ttft": _round(p.ttft), "decode": _round(p.decode),
-                   "e2e": _round(p.e2e)}}
-
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 2)
+        "api": timeline.api, "verdict": None, "phases": phases_on_the_wire(p)}
 
 
 def sse_event(name: str, data: object) -> bytes:

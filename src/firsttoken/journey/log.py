@@ -10,6 +10,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Sequence
+from dataclasses import fields
 from itertools import chain
 from pathlib import Path
 from typing import Any
@@ -157,6 +158,5 @@ def journey_of(found: dict[str, Any]) -> Journey:
     return Journey(**{**journey.__dict__, "verdict": verdict(journey, provider)})
 
 
-_PHASES = ("client_rtt", "gateway", "cache", "pool", "connect", "ttfb", "rtt", "floor", "distance_tax",
-           "queue_prefill", "ttft", "decode", "e2e")
+_PHASES = tuple(f.name for f in fields(Phases))  # the log's columns are named as the phases are
 _MAY_BE_NONE = {"client_rtt", "rtt", "floor", "distance_tax", "queue_prefill", "ttft", "decode"}

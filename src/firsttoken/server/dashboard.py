@@ -24,7 +24,7 @@ from firsttoken.config import SIM_UPSTREAM, DashboardSettings, Settings
 from firsttoken.errors import GatewayError, not_found, unauthorized
 from firsttoken.geo.places import Place
 from firsttoken.journey import log as journey_log
-from firsttoken.journey.attribution import attribute, phases
+from firsttoken.journey.attribution import attribute, phases, round_ms
 from firsttoken.journey.feed import JourneyFeed, sse_event
 from firsttoken.journey.recent import RecentJourneys
 from firsttoken.journey.timeline import Timeline
@@ -161,8 +161,8 @@ class Dashboard:
             await send({"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *base]})
             await send({"type": "http.response.body", "body": sse_event("state", self.snapshot()),
                         "more_body": True})
-            next_state = last_sent = monotonic()
-            next_state += STATE_EVERY_S
+            last_sent = monotonic()
+            next_state = last_sent + STATE_EVERY_S
             while not gone.is_set():
                 events = await watcher.next_events(max(0.0, next_state - monotonic()))
                 now = monotonic()
@@ -186,8 +186,8 @@ class Dashboard:
         for name, link in self.upstreams.links.items():
             rtts = [rtt for t in recent if t.upstream == name and (rtt := phases(t)[0].rtt) is not None]
             upstreams.append({"name": name, "api": link.settings.api, "simulated": name == SIM_UPSTREAM,
-                              "region": _place(link.settings.place), "floor_ms": _round(link.floor_ms),
-                              "rtt_ms": _round(statistics.median(rtts)) if rtts else None})
+                              "region": _place(link.settings.place), "floor_ms": round_ms(link.floor_ms),
+                              "rtt_ms": round_ms(statistics.median(rtts)) if rtts else None})
         # The router remembers every target it was asked for, typos too: shown are those an alias names
         # and those that answered lately.
         named = {target for targets in self.settings.models.values() for target in targets}
@@ -227,10 +227,6 @@ def _read_assets() -> dict[str, tuple[bytes, bytes]]:
 
 def _place(place: Place | None) -> dict[str, Any] | None:
     return None if place is None else {"name": place.name, "lat": place.lat, "lon": place.lon}
-
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 2)
 
 
 def _query_number(scope: Scope, name: str, default: float, low: float, high: float) -> float:
