@@ -136,14 +136,14 @@ def _distance(trace: Trace, facts: list[dict[str, Any]]) -> Text:
     rtts = [f["rtt_ms"] for f in facts if f["rtt_ms"] is not None]
     measured = f"measured round trip {min(rtts):.0f} ms" if rtts else "no round trip measured (not a TCP path)"
     floors = [f["floor_ms"] for f in facts if f["floor_ms"] is not None]
-    if trace.floor_ms is None and floors:  # a gateway in front told its floor from where it stands
-        tax = f", distance tax {min(rtts) - floors[0]:.0f} ms (route and congestion)" if rtts else ""
-        return Text.assemble(("floor ", "bold"), "from the gateway to its upstream: ",
-                             (f"{floors[0]:.0f} ms", "bold green"), f" a round trip in fibre; {measured}{tax}.")
-    if trace.floor_ms is None:
+    if trace.floor_ms is not None:
+        where, floor = f"{trace.origin} → {trace.target.region}: ", trace.floor_ms
+    elif floors:  # a gateway in front told its floor from where it stands
+        where, floor = "from the gateway to its upstream: ", floors[0]
+    else:
         missing = [] if trace.origin else ["--from CITY (or `location` in firsttoken.yaml)"]
         missing += [] if trace.target.region else ["--region CODE (this endpoint's region is not known)"]
         return Text(f"{measured}; for the floor the speed of light sets, give {' and '.join(missing)}.")
-    tax = f", distance tax {min(rtts) - trace.floor_ms:.0f} ms (route and congestion)" if rtts else ""
-    return Text.assemble(("floor ", "bold"), f"{trace.origin} → {trace.target.region}: ",
-                         (f"{trace.floor_ms:.0f} ms", "bold green"), f" a round trip in fibre; {measured}{tax}.")
+    tax = f", distance tax {min(rtts) - floor:.0f} ms (route and congestion)" if rtts else ""
+    return Text.assemble(("floor ", "bold"), where, (f"{floor:.0f} ms", "bold green"),
+                         f" a round trip in fibre; {measured}{tax}.")
