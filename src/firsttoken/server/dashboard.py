@@ -194,9 +194,8 @@ class Dashboard:
         answered = {t.route for t in recent}
         targets = []
         for state in self.router.states():
-            view = target_view(self.router, state, self.keep_warm)
-            if view["target"] in named or view["target"] in answered:
-                targets.append({**view, "upstream": str(view["target"]).partition("/")[0]})
+            if state.target.label in named or state.target.label in answered:
+                targets.append({**target_view(self.router, state, self.keep_warm), "upstream": state.target.upstream})
         cache = self.settings.cache
         return {"version": __version__, "now": round(time.time(), 3),
                 "gateway": {"location": _place(self.settings.place)},
