@@ -13,6 +13,8 @@ from support.redis_server import RedisServer
 
 CLIENT_KEY = "client-key-for-tests-123456"
 OTHER_CLIENT_KEY = "second-client-key-654321"
+ADMIN_KEY = "operator-admin-key-for-tests-0987"  # /metrics, /v1/routing and every tenant's journeys
+ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}
 
 
 @pytest.fixture(scope="session")
@@ -37,6 +39,7 @@ def gateway_settings(upstream_url: str) -> dict:
             "flaky": ["fake/error-503", "fake/echo"],
         },
         "keys": [{"name": "app", "key": CLIENT_KEY}, {"name": "other", "key": OTHER_CLIENT_KEY}],
+        "admin_key": ADMIN_KEY,
         "limits": {"max_body_bytes": 65536},
         "streaming": {"heartbeat_s": 0.3},
     }

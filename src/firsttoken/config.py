@@ -301,15 +301,6 @@ class CorsSettings(_Strict):
 
 class DashboardSettings(_Strict):
     enabled: bool = Field(True, description="serve /dashboard, the live view of every journey")
-    admin_key: SecretStr | None = Field(None, description="with client keys configured, the dashboard's data is "
-                                                          "shown only to this key (never to a client's)")
-
-    @field_validator("admin_key")
-    @classmethod
-    def _long_enough(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is not None and len(value.get_secret_value()) < 16:
-            raise ValueError("must be at least 16 characters: it unlocks every tenant's journeys")
-        return value
 
 
 class Otlp(_Strict):
@@ -360,9 +351,32 @@ class Settings(_Strict):
     sim: SimSettings | None = None  # an in-process simulated region; the upstream when none is configured
     cors: CorsSettings | None = None  # off unless set: browser apps from these origins may call the gateway
     dashboard: DashboardSettings = Field(default_factory=DashboardSettings)
+    admin_key: SecretStr | None = Field(None, description="the operator's key: with client keys (or this key) "
+                                                          "configured, /metrics, /v1/routing, every tenant's "
+                                                          "journeys and the dashboard's data need it")
     _source: str = PrivateAttr("defaults")  # where the settings came from, for the start-up banner
 
     _location = field_validator("location")(lambda cls, value: _known_place(value))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _admin_key_moved(cls, data: Any) -> Any:
+        """`dashboard.admin_key`, where the key lived before it guarded more than the dashboard, is read as
+        `admin_key`, so older configs keep working."""
+        dashboard = data.get("dashboard") if isinstance(data, dict) else None
+        if not isinstance(dashboard, dict) or "admin_key" not in dashboard:
+            return data
+        if data.get("admin_key") is not None:
+            raise ValueError("dashboard.admin_key: give the key once, as admin_key at the top of the config")
+        rest = {k: v for k, v in dashboard.items() if k != "admin_key"}
+        return {**data, "admin_key": dashboard["admin_key"], "dashboard": rest}
+
+    @field_validator("admin_key")
+    @classmethod
+    def _admin_key_long_enough(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < 16:
+            raise ValueError("must be at least 16 characters: it unlocks every tenant's journeys")
+        return value
 
     @field_validator("cache", mode="before")
     @classmethod
@@ -403,9 +417,9 @@ class Settings(_Strict):
         names = [k.name for k in self.keys]
         if len(names) != len(set(names)):
             raise ValueError("keys: each client key needs its own name")
-        admin = self.dashboard.admin_key
+        admin = self.admin_key
         if admin is not None and any(k.key.get_secret_value() == admin.get_secret_value() for k in self.keys):
-            raise ValueError("dashboard.admin_key: it is also a client key; give the dashboard a key of its own")
+            raise ValueError("admin_key: it is also a client key; give the operator a key of its own")
         return self
 
     @property
@@ -441,8 +455,8 @@ class Settings(_Strict):
         if self.journeys.otlp is not None:
             found += [value.get_secret_value() for value in self.journeys.otlp.headers.values()]
         found += _url_secrets(self.limits.redis or "") + _url_secrets(self.cache.url or "")
-        if self.dashboard.admin_key is not None:
-            found.append(self.dashboard.admin_key.get_secret_value())
+        if self.admin_key is not None:
+            found.append(self.admin_key.get_secret_value())
         return found
 
 

@@ -16,7 +16,7 @@ import httpx
 import openai
 import pytest
 
-from conftest import CLIENT_KEY, OTHER_CLIENT_KEY, UPSTREAM_KEY
+from conftest import ADMIN, ADMIN_KEY, CLIENT_KEY, OTHER_CLIENT_KEY, UPSTREAM_KEY
 from support.gateway_process import GatewayProcess, free_port
 
 QUESTION = itertools.count()
@@ -25,6 +25,7 @@ QUESTION = itertools.count()
 def settings(upstream_url: str, **cache: object) -> dict:
     return {"upstreams": {"fake": {"url": upstream_url, "key": UPSTREAM_KEY}},
             "keys": [{"name": "app", "key": CLIENT_KEY}, {"name": "other", "key": OTHER_CLIENT_KEY}],
+            "admin_key": ADMIN_KEY,
             "models": {"chat": ["fake/echo"], "fresh": ["fake/echo"]},
             "cache": {"backend": "sqlite", "path": "cache.db", "models": {"fresh": 0}, "semantic": False, **cache}}
 
@@ -152,7 +153,7 @@ def test_answers_survive_a_restart(upstream, tmp_path) -> None:
         assert ask(gateway, messages)[0] == "miss"
     with GatewayProcess(settings(upstream.url), tmp_path) as gateway:
         assert ask(gateway, messages)[0] == "hit"
-        stats = httpx.get(gateway.url + "/metrics", headers={"authorization": f"Bearer {CLIENT_KEY}"}).text
+        stats = httpx.get(gateway.url + "/metrics", headers=ADMIN).text
         assert 'firsttoken_cache_requests_total{result="hit"} 1.0' in stats
 
 

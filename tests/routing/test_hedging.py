@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from conftest import CLIENT_KEY
+from conftest import ADMIN, ADMIN_KEY, CLIENT_KEY
 from support.gateway_process import GatewayProcess
 from support.openai_upstream import UPSTREAM_KEY
 
@@ -32,7 +32,7 @@ def gateway(upstream, tmp_path_factory):
                 "routing": {"ordered": ["stalls", "queued", "slow-hedge", "no-hedge", "breaks", "refuses",
                                         "late-then-breaks"],
                             "hedge": {"max_s": 0.2, "budget": 1.0}},  # every request may hedge
-                "keys": [{"name": "app", "key": CLIENT_KEY}]}
+                "keys": [{"name": "app", "key": CLIENT_KEY}], "admin_key": ADMIN_KEY}
     with GatewayProcess(settings, tmp_path_factory.mktemp("hedging")) as running:
         yield running
 
@@ -126,7 +126,7 @@ def test_without_hedge_budget_nothing_is_raced(upstream, tmp_path) -> None:
     settings = {"cache": False, "upstreams": {"fake": {"url": upstream.url, "key": UPSTREAM_KEY}},
                 "models": {"no-hedge": ["fake/sleep-600", "fake/echo"]},
                 "routing": {"ordered": ["no-hedge"], "hedge": {"max_s": 0.1, "budget": 0}},
-                "keys": [{"name": "app", "key": CLIENT_KEY}]}
+                "keys": [{"name": "app", "key": CLIENT_KEY}], "admin_key": ADMIN_KEY}
     with GatewayProcess(settings, tmp_path) as running:
         route, text, first = stream(running, "no-hedge")
     assert route == "fake/sleep-600" and text == "echo: race me" and first >= 0.55
@@ -145,7 +145,7 @@ def test_a_late_whole_answer_is_raced_too(gateway) -> None:
 
 def test_metrics_count_hedges_and_show_each_target(gateway) -> None:
     stream(gateway, "stalls")
-    text = httpx.get(gateway.url + "/metrics", headers={"authorization": f"Bearer {CLIENT_KEY}"}).text
+    text = httpx.get(gateway.url + "/metrics", headers=ADMIN).text
     won = next(line for line in text.splitlines() if line.startswith('firsttoken_hedges_total{winner="hedge"}'))
     assert float(won.rpartition(" ")[2]) >= 1
     assert 'firsttoken_target_expected_ttft_seconds{kind="stream",target="fake/echo"}' in text

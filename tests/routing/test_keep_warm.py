@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 
-from conftest import CLIENT_KEY
+from conftest import ADMIN, ADMIN_KEY, CLIENT_KEY
 from support.gateway_process import GatewayProcess
 from support.sim_region import region_on_loopback
 
@@ -27,7 +27,7 @@ def settings(port: int, keep_warm: dict | None) -> dict:
     upstream = {"url": f"http://127.0.0.1:{port}/v1", **({"keep_warm": keep_warm} if keep_warm else {})}
     # every request must cross to the upstream: the edge cache (on by default) has its own tests
     return {"cache": False, "upstreams": {"sim": upstream}, "models": {"chat": ["sim/llama-3.1-8b"]},
-            "keys": [{"name": "app", "key": CLIENT_KEY}]}
+            "keys": [{"name": "app", "key": CLIENT_KEY}], "admin_key": ADMIN_KEY}
 
 
 def first_token_s(gateway: GatewayProcess) -> float:
@@ -43,7 +43,7 @@ def first_token_s(gateway: GatewayProcess) -> float:
 
 
 def routing(gateway: GatewayProcess) -> dict:
-    data = httpx.get(gateway.url + "/v1/routing", headers={"authorization": f"Bearer {CLIENT_KEY}"}).json()["data"]
+    data = httpx.get(gateway.url + "/v1/routing", headers=ADMIN).json()["data"]
     return next(t for t in data if t["target"] == "sim/llama-3.1-8b")
 
 

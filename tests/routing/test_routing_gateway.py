@@ -15,7 +15,7 @@ import httpx
 import openai
 import pytest
 
-from conftest import CLIENT_KEY
+from conftest import ADMIN, ADMIN_KEY, CLIENT_KEY
 from support.gateway_process import GatewayProcess
 from support.openai_upstream import UPSTREAM_KEY
 from support.threaded import InThread
@@ -35,7 +35,7 @@ def gateway(upstream, tmp_path_factory):
                            "queued-alone": ["fake/late-2000"],
                            "slow-body": ["fake/slow-body", "fake/echo"]},
                 "routing": {"ordered": ["fixed", "hangs"], "hedge": {"enabled": False}},
-                "keys": [{"name": "app", "key": CLIENT_KEY}]}
+                "keys": [{"name": "app", "key": CLIENT_KEY}], "admin_key": ADMIN_KEY}
     with GatewayProcess(settings, tmp_path_factory.mktemp("routing")) as running:
         yield running
 
@@ -110,7 +110,7 @@ def test_a_deadline_that_passes_on_an_open_stream_is_no_fault_of_the_target(gate
         errors = [json.loads(line[6:])["error"] for line in lines if line.startswith('data: {"error"')]
         assert [e["code"] for e in errors] == ["client_deadline"] and [x for x in lines if x][-1] == "data: [DONE]"
         assert "0.3 s this request allowed" in errors[0]["message"]
-    metrics = httpx.get(gateway.url + "/metrics", headers={"authorization": f"Bearer {CLIENT_KEY}"}).text
+    metrics = httpx.get(gateway.url + "/metrics", headers=ADMIN).text
     assert 'firsttoken_target_circuit_open{target="fake/late-2000"} 0.0' in metrics
 
 

@@ -15,7 +15,7 @@ import httpx
 import openai
 import pytest
 
-from conftest import CLIENT_KEY
+from conftest import ADMIN, ADMIN_KEY, CLIENT_KEY
 from firsttoken.cache.key import exact_key
 from support.faulty_answers import UPSTREAM_KEY
 from support.gateway_process import GatewayProcess
@@ -54,7 +54,7 @@ def gateway(upstream, tmp_path_factory):
                               "basic": {"url": upstream.url.replace("://", f"://user:{BASIC_PASSWORD}@"),
                                         "pool": {"warm": 0}}},
                 "models": {**faulty, "chat": ["fake/echo"], "drip-short": ["short/drip-400"]},
-                "keys": [{"name": "app", "key": CLIENT_KEY}],
+                "keys": [{"name": "app", "key": CLIENT_KEY}], "admin_key": ADMIN_KEY,
                 "routing": {"hedge": {"enabled": False}, "retry_budget": 0},
                 "cache": {"backend": "sqlite", "path": "cache.db", "semantic": False}}
     with GatewayProcess(settings, tmp_path_factory.mktemp("broken")) as running:
@@ -247,7 +247,7 @@ def test_a_stored_answer_that_cannot_be_replayed_is_dropped_and_the_request_goes
 
 
 def _dropped(gateway: GatewayProcess) -> float:
-    metrics = httpx.get(gateway.url + "/metrics", headers={"authorization": f"Bearer {CLIENT_KEY}"}).text
+    metrics = httpx.get(gateway.url + "/metrics", headers=ADMIN).text
     return next(float(line.split()[-1]) for line in metrics.splitlines()
                 if line.startswith("firsttoken_cache_dropped_total"))
 

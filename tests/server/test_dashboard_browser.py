@@ -106,7 +106,7 @@ def test_the_dashboard_stays_locked_until_the_admin_key(tmp_path: Path, upstream
     from playwright.sync_api import expect
 
     settings = {"upstreams": {"fake": {"url": upstream.url, "key": UPSTREAM_KEY}},
-                "keys": [{"name": "app", "key": CLIENT_KEY}], "dashboard": {"admin_key": ADMIN_KEY}}
+                "keys": [{"name": "app", "key": CLIENT_KEY}], "admin_key": ADMIN_KEY}
     with GatewayProcess(settings, tmp_path) as gateway:
         view = browser_for(gateway.url)
         page = view.page

@@ -8,7 +8,7 @@ import threading
 import httpx
 import openai
 
-from conftest import CLIENT_KEY, gateway_settings
+from conftest import ADMIN, CLIENT_KEY, gateway_settings
 from support.gateway_process import GatewayProcess
 from support.openai_upstream import UpstreamThread
 
@@ -45,7 +45,7 @@ def test_a_request_that_waits_for_a_free_connection_says_how_long(tmp_path) -> N
             assert journey["phases"]["pool"] > 300
             assert "free connection to fake" in journey["verdict"] and "pool.max" in journey["verdict"]
 
-            metrics = httpx.get(f"{gateway.url}/metrics", headers=AUTH).text
+            metrics = httpx.get(f"{gateway.url}/metrics", headers=ADMIN).text
             assert 'firsttoken_upstream_pool_waited_total{firsttoken_upstream="fake"} 1.0' in metrics
             assert 'firsttoken_upstream_pool_limit{firsttoken_upstream="fake"} 1.0' in metrics
             assert 'firsttoken_journey_phase_seconds_count{firsttoken_upstream="fake",phase="pool"} 1.0' in metrics

@@ -98,7 +98,7 @@ class Gateway:
         self.metrics.registry.register(PoolCollector(upstreams))
         self.task_router = TaskRouter(settings.sizing) if settings.sizing is not None else None
         self.client_limits = ClientLimits(settings.keys, settings.limits.redis)
-        keys = ClientKeys(settings.keys)
+        keys = ClientKeys(settings.keys, settings.admin_key)
         admission = Admission(keys, self.client_limits, settings.limits, journeys, self.alarms)
         egress = Egress(upstreams, self.alarms, router)
         resolver = TargetResolver(settings, upstreams.listed_models)

@@ -2,16 +2,14 @@
 the gateway's state (where it stands, its upstreams' regions, floors and round trips, each target's
 breaker), the journeys in memory, the journey log's history, and every journey live as an SSE stream.
 
-The data shows every tenant's journeys. With client keys configured it is locked behind
-`dashboard.admin_key`, which a client key never opens; without keys the gateway is open to its
-callers anyway (loopback, or `allow_unauthenticated`), and so is its dashboard.
+The data shows every tenant's journeys. With client keys configured it is locked behind the operator's
+`admin_key`, which a client key never opens; without keys the gateway is open to its callers anyway
+(loopback, or `allow_unauthenticated`), and so is its dashboard.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import statistics
 import time
 from importlib import resources
@@ -20,8 +18,8 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from firsttoken import __version__
-from firsttoken.config import SIM_UPSTREAM, DashboardSettings, Settings
-from firsttoken.errors import GatewayError, not_found, unauthorized
+from firsttoken.config import SIM_UPSTREAM, Settings
+from firsttoken.errors import GatewayError, not_found
 from firsttoken.geo.places import Place
 from firsttoken.journey import log as journey_log
 from firsttoken.journey.attribution import attribute, phases, round_ms
@@ -31,7 +29,7 @@ from firsttoken.journey.timeline import Timeline
 from firsttoken.routing.keepwarm import KeepWarm
 from firsttoken.routing.metrics import target_view
 from firsttoken.routing.router import Router
-from firsttoken.server.auth import ClientKeys, presented_key
+from firsttoken.server.auth import ClientKeys
 from firsttoken.server.http import SSE_HEADERS, Headers, Receive, Scope, Send, send_bytes, send_json
 from firsttoken.upstream.registry import Upstreams
 
@@ -59,7 +57,6 @@ class Dashboard:
         self.router = router
         self.keep_warm = keep_warm
         self.upstreams = upstreams
-        self._admin = _admin_digest(settings.dashboard)
         self._assets = _read_assets()
 
     # --- the page ------------------------------------------------------------------------------
@@ -84,22 +81,7 @@ class Dashboard:
 
     def _allow(self, scope: Scope) -> None:
         """Raise unless this caller may see every tenant's journeys."""
-        if not self.keys:
-            return
-        if self._admin is None:
-            raise GatewayError(403, "The dashboard is locked: this gateway has client keys, and the dashboard shows "
-                                    "every tenant's journeys. Set dashboard.admin_key in the config to open it.",
-                               type="permission_error", code="dashboard_locked")
-        presented = presented_key(scope)
-        if presented is None:
-            raise unauthorized("The dashboard needs its admin key (dashboard.admin_key in the config), sent as "
-                               "'Authorization: Bearer <key>'.")
-        if not hmac.compare_digest(hashlib.sha256(presented).digest(), self._admin):
-            if self.keys.knows(presented):
-                raise GatewayError(403, "A client key cannot open the dashboard: it shows every tenant's journeys. "
-                                        "Use the dashboard's admin key (dashboard.admin_key).",
-                                   type="permission_error", code="not_admin")
-            raise unauthorized("That is not the dashboard's admin key (dashboard.admin_key in the config).")
+        self.keys.admin(scope, "The dashboard")
 
     async def auth(self, scope: Scope, receive: Receive, send: Send, base: Headers, timeline: Timeline) -> None:
         """Whether the key sent opens the data, always as a 200: a page that asks this way before it asks for
@@ -202,11 +184,6 @@ class Dashboard:
                 "upstreams": upstreams, "targets": targets,
                 "cache": {"enabled": cache.enabled, "semantic": cache.enabled and cache.semantic,
                           "similarity": cache.similarity}}
-
-
-def _admin_digest(settings: DashboardSettings) -> bytes | None:
-    key = settings.admin_key
-    return None if key is None else hashlib.sha256(key.get_secret_value().encode()).digest()
 
 
 def _read_assets() -> dict[str, tuple[bytes, bytes]]:

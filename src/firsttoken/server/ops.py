@@ -31,14 +31,9 @@ class Ops:
         self.keep_warm = keep_warm
         self.upstreams = upstreams
 
-    def _visible_to(self, scope: Scope) -> str | None:
-        """The tenant whose journeys this caller may read; None (all of them) when no keys are configured."""
-        tenant = self.keys.tenant(scope)
-        return tenant if self.keys else None
-
     async def journey(self, scope: Scope, receive: Receive, send: Send, base: Headers, timeline: Timeline) -> None:
         request_id = scope["path"].removeprefix("/v1/journeys/")
-        found = self.journeys.get(request_id, self._visible_to(scope))
+        found = self.journeys.get(request_id, self.keys.viewer(scope))
         if found is None:
             raise GatewayError(404, f"No journey {request_id!r} among the last {self.journeys.capacity} requests "
                                     f"(or not one of yours). Journey ids are the x-request-id of a response.",
@@ -48,19 +43,19 @@ class Ops:
     async def journey_list(self, scope: Scope, receive: Receive, send: Send, base: Headers,
                            timeline: Timeline) -> None:
         limit = _query_int(scope, "limit", default=20, low=1, high=1000)
-        journeys = [attribute(t).to_dict() for t in self.journeys.latest(limit, self._visible_to(scope))]
+        journeys = [attribute(t).to_dict() for t in self.journeys.latest(limit, self.keys.viewer(scope))]
         await send_json(send, 200, {"object": "list", "data": journeys}, response_headers(base, timeline))
 
     async def routing(self, scope: Scope, receive: Receive, send: Send, base: Headers, timeline: Timeline) -> None:
         """What the router knows of each target it has sent requests to (this worker's)."""
-        self.keys.tenant(scope)
+        self.keys.admin(scope, "/v1/routing")
         await send_json(send, 200, {"object": "list", "data": [target_view(self.router, state, self.keep_warm)
                                                                 for state in self.router.states()]},
                         response_headers(base, timeline))
 
     async def prometheus(self, scope: Scope, receive: Receive, send: Send, base: Headers,
                          timeline: Timeline) -> None:
-        self.keys.tenant(scope)  # with client keys configured, a scraper sends one too
+        self.keys.admin(scope, "/metrics")  # every tenant's traffic: a scraper sends the admin key
         self.sink.take_batch()  # what finished up to now, not up to the last batch
         await send_bytes(send, 200, self.metrics.exposition(), response_headers(base, timeline),
                          (b"content-type", METRICS_CONTENT_TYPE.encode()))
