@@ -42,6 +42,7 @@ from gateway_overhead import WORK, firsttoken_process, nginx  # noqa: E402
 
 OFF = {"x-firsttoken-cache": "off"}
 NO_STORE = {"Cache-Control": "no-store"}
+ADMIN_KEY = "bench-admin-key-for-metrics"  # /metrics shows every tenant's traffic
 STORED, PARAPHRASE, UNRELATED = "How do I cook beans?", "What is the way to cook beans?", "Write a poem about the sea."
 
 
@@ -54,7 +55,7 @@ def _cache_state(url: str, body: str) -> str:
 
 
 def _skipped(base: str) -> float:
-    request = urllib.request.Request(f"{base}/metrics", headers={"authorization": f"Bearer {wrk.CLIENT_KEY}"})
+    request = urllib.request.Request(f"{base}/metrics", headers={"authorization": f"Bearer {ADMIN_KEY}"})
     with urllib.request.urlopen(request, timeout=30) as response:
         text = response.read().decode()
     match = re.search(r"^firsttoken_semantic_lookups_skipped_total ([\d.e+]+)$", text, re.M)
@@ -68,7 +69,7 @@ def _gateway(upstream: int, wait_ms: float) -> Iterator[str]:
     cache_file.unlink(missing_ok=True)
     with firsttoken_process(upstream, 1, None, {"cache": {"backend": "sqlite", "path": str(cache_file),
                                                           "semantic": True, "semantic_wait_ms": wait_ms},
-                                                "journeys": {"log": None}}) as (url, _):
+                                                "journeys": {"log": None}, "admin_key": ADMIN_KEY}) as (url, _):
         yield url
 
 
