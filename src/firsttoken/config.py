@@ -268,6 +268,8 @@ class TaskSizing(_Strict):
 
 class Limits(_Strict):
     max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024)
+    max_header_bytes: int = Field(32 * 1024, ge=4096, le=1024 * 1024,
+                                  description="a request's line and headers together: 431 past it")
     # Bounds on a request's JSON, checked as it is parsed, before anything re-serialises it (a serialiser's
     # recursion limit is a 500 otherwise) or walks it.
     max_json_depth: int = Field(64, ge=8, le=250, description="nesting of arrays and objects in a request body")

@@ -223,3 +223,46 @@ def test_unparseable_http_gets_uvicorns_plain_400(gateway: GatewayProcess) -> No
         response = read_until_closed(sock, LATE_S)
     assert response == (b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\n"
                         b"content-length: 30\r\nconnection: close\r\n\r\nInvalid HTTP request received.")
+
+
+def _with_headers(request: bytes, padding: int) -> bytes:
+    """`request` with `padding` bytes more of headers, in 1 000-byte lines (as a cookie jar or a proxy's might)."""
+    line, rest = request.split(b"\r\n", 1)
+    extra = b"".join(b"x-padding-%d: %s\r\n" % (i, b"p" * 980) for i in range(padding // 1000))
+    return line + b"\r\n" + extra + rest
+
+
+@pytest.mark.parametrize("path, shape", [("/v1/chat/completions", "openai"), ("/v1/messages", "anthropic")])
+def test_headers_past_the_bound_get_431_in_the_routes_own_format(gateway: GatewayProcess, path: str,
+                                                                 shape: str) -> None:
+    sock = connect(gateway)
+    sock.sendall(_with_headers(chat_request().replace(b"/v1/chat/completions", path.encode()), 40_000))
+    head, _, body = read_until_closed(sock, 5).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 431 ") and b"connection: close" in head.lower(), head
+    error = json.loads(body)
+    if shape == "anthropic":
+        assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
+        assert "limits.max_header_bytes" in error["error"]["message"]
+    else:
+        assert error["error"]["code"] == "headers_too_large"
+        assert "limits.max_header_bytes" in error["error"]["message"]
+
+
+def test_headers_that_never_end_are_refused_once_past_the_bound(gateway: GatewayProcess) -> None:
+    sock = connect(gateway)
+    endless = _with_headers(HEALTHZ, 40_000).removesuffix(b"\r\n")  # the blank line that ends them never comes
+    sock.sendall(endless)
+    head, _, body = read_until_closed(sock, 5).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 431 "), head
+    assert json.loads(body)["error"]["code"] == "headers_too_large"
+
+
+def test_headers_under_the_bound_with_a_large_body_are_answered(gateway: GatewayProcess) -> None:
+    """The bound is on the headers alone: a read that holds headers and much of a body is not counted whole."""
+    long_chat = json.dumps({"model": "chat", "messages": [{"role": "user", "content": "y" * 50_000}]}).encode()
+    sock = connect(gateway)
+    sock.sendall(_with_headers(chat_request(long_chat), 20_000))
+    status, _, body = read_response(sock)
+    assert status == 200, body
+    sock.sendall(chat_request())  # and the connection serves the next request
+    assert read_response(sock)[0] == 200

@@ -9,6 +9,9 @@ may wait for a request's headers (fresh and idle keep-alive ones): past that, th
 waited longest is closed. An attacker's connections churn; real clients send their headers in
 milliseconds and get through.
 
+The size of a request's headers is bounded here too (`max_header_bytes`): llhttp sets no limit, and
+uvicorn would keep collecting headers for as long as a client sends them.
+
 The timing lives below the application because the application only sees a request once its
 headers are complete, and a body its route never reads (GET /healthz with a content-length) is
 never awaited by it. Per connection this costs a few ordered-dict operations per request: one
@@ -33,6 +36,7 @@ from uvicorn.server import ServerState
 
 from firsttoken.config import Limits
 from firsttoken.errors import GatewayError
+from firsttoken.formats.messages import MESSAGES
 
 log = logging.getLogger("firsttoken.server")
 
@@ -46,13 +50,14 @@ class ClientTimeouts:
     header_timeout_s: float
     body_timeout_s: float
     max_pending_connections: int
+    max_header_bytes: int = 32 * 1024
 
 
 def http_protocol(limits: Limits) -> Callable[..., GuardedHttpProtocol]:
     """What to pass as uvicorn's `http=`: a partial of a module-level class and plain numbers, so it
     pickles into the worker processes uvicorn spawns for --workers."""
     return functools.partial(GuardedHttpProtocol, timeouts=ClientTimeouts(
-        limits.header_timeout_s, limits.body_timeout_s, limits.max_pending_connections))
+        limits.header_timeout_s, limits.body_timeout_s, limits.max_pending_connections, limits.max_header_bytes))
 
 
 # A connection's state, as far as the deadlines care.
@@ -159,6 +164,14 @@ def _guarded(close: Callable[[], None]) -> None:
         log.exception("closing a late connection failed")
 
 
+async def _refuse(body: bytes, scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
+    """The ASGI app that answers a request whose headers are too large: 431, and the connection closed."""
+    await send({"type": "http.response.start", "status": 431,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
+                            (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": body})
+
+
 def _timeout_body(message: str) -> bytes:
     return GatewayError(408, message, code="request_timeout").to_bytes()
 
@@ -178,6 +191,9 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             pending = _pending[server_state] = PendingConnections(timeouts, self.loop)
         self.pending = pending
         self.state = FRESH
+        # bytes read while a request's headers were incomplete: an upper bound on their size, so only a
+        # request near the bound has its headers measured exactly
+        self.header_bytes = 0
 
     # --- uvicorn's callbacks, each extended by where the connection now stands ----------------
 
@@ -195,7 +211,12 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             if self.state == IDLE:
                 self.pending.start_headers(self)
             self.state = HEADERS
+            self.header_bytes = 0
+        if self.state == HEADERS:
+            self.header_bytes += len(data)
         super().data_received(data)
+        if self.state == HEADERS and self.header_bytes > self.pending.timeouts.max_header_bytes:
+            self._refuse_headers(self.url)  # still unfinished, and already past the bound
         # Most requests come whole in one read: only a body still unfinished after it needs a clock.
         if self.state == BODY:
             self.state = BODY_TIMED
@@ -204,6 +225,16 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self.state = BODY
         self.pending.headers_complete(self)
+        if self.header_bytes > self.pending.timeouts.max_header_bytes and self._header_size() > \
+                self.pending.timeouts.max_header_bytes:
+            # answered by a refusal in place of the application, as uvicorn answers its own 503s: the body
+            # is read past and the connection closed in the usual way
+            app, self.app = self.app, functools.partial(_refuse, self._headers_too_large(self.url))
+            try:
+                super().on_headers_complete()
+            finally:
+                self.app = app
+            return
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
@@ -229,6 +260,22 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self.pending.forget(self)  # the connection is the websocket protocol's from here
         self.state = BUSY
         super().handle_websocket_upgrade()
+
+    def _header_size(self) -> int:
+        """The request line's target and the headers, as parsed: names, values and a separator each."""
+        return len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
+
+    def _headers_too_large(self, url: bytes) -> bytes:
+        """A 431's body, in the error format of the route the request names (Anthropic's on /v1/messages)."""
+        error = GatewayError(431, f"The request's headers are larger than this gateway's limit of "
+                                  f"{self.pending.timeouts.max_header_bytes} bytes; send fewer or shorter headers, "
+                                  f"or raise limits.max_header_bytes in the config.", code="headers_too_large")
+        return MESSAGES.error_body(error) if url.startswith((b"/v1/messages", b"/messages")) else error.to_bytes()
+
+    def _refuse_headers(self, url: bytes) -> None:
+        """431 for headers still unfinished and already past the bound, then close: what follows on the
+        connection cannot be told apart from the rest of them."""
+        self._close(self._headers_too_large(url), 431)
 
     def _wait(self, state: int) -> None:
         self.state = state
@@ -256,13 +303,13 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         cycle.message_event.set()
         self._close(self.pending.body_late)
 
-    def _close(self, answer: bytes | None) -> None:
-        """Answer 408 with `answer` as its body (OpenAI's error format, like the application's), then close."""
+    def _close(self, answer: bytes | None, status: int = 408) -> None:
+        """Answer `status` with `answer` as its body (an error in the application's format), then close."""
         self.pending.forget(self)
         if self.transport.is_closing():
             return
         if answer is not None:
-            head = [STATUS_LINE[408]]
+            head = [STATUS_LINE[status]]
             head += [name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers]
             head += [b"content-type: application/json\r\n", b"content-length: %d\r\n" % len(answer),
                      b"connection: close\r\n\r\n", answer]
