@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 
 from firsttoken.errors import GatewayError, bad_request
-from firsttoken.server.validate import model_name
+from firsttoken.server.validate import model_name, positive_count
 
 Json = dict[str, Any]
 
@@ -43,8 +43,10 @@ def check(body: Json) -> tuple[str, bool]:
     if max_tokens is None:
         raise bad_request("Missing required parameter: 'max_tokens'.", param="max_tokens",
                           code="missing_required_parameter")
-    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+    count = positive_count(max_tokens)
+    if count is None:
         raise bad_request("'max_tokens' must be a positive integer.", param="max_tokens", code="invalid_type")
+    body["max_tokens"] = count
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise bad_request("'messages' must be a non-empty list of messages.", param="messages", code="invalid_type")

@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from firsttoken.errors import GatewayError, bad_request
-from firsttoken.server.validate import model_name
+from firsttoken.server.validate import model_name, positive_count
 
 Json = dict[str, Any]
 
@@ -44,9 +44,12 @@ def check(body: Json) -> tuple[str, bool]:
         raise bad_request("'input' must be a non-empty string or a list of input items.", param="input",
                           code="invalid_type")
     limit = body.get("max_output_tokens")
-    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
-        raise bad_request("'max_output_tokens' must be a positive integer.", param="max_output_tokens",
-                          code="invalid_value")
+    if limit is not None:
+        count = positive_count(limit)
+        if count is None:
+            raise bad_request("'max_output_tokens' must be a positive integer.", param="max_output_tokens",
+                              code="invalid_value")
+        body["max_output_tokens"] = count
     if body.get("background") is True:
         raise bad_request("'background' responses are not supported by this gateway; stream the response instead.",
                           param="background", code="unsupported_value")

@@ -110,7 +110,8 @@ class Gateway:
         responses = Generation(admission, egress, resolver, self.task_router, self.cache, credentials,
                                     settings.streaming, ResponsesFormat(self.response_store))
         catalog = Catalog(admission, egress, resolver, settings.streaming,
-                          self.embedded.description if self.embedded is not None else None)
+                          self.embedded.description if self.embedded is not None else None,
+                          settings.dashboard.enabled)
         ops = Ops(keys, journeys, self.sink, self.metrics, router, self.keep_warm, upstreams)
         self.client_rtt = RttReader()
         self.cors = Cors(settings.cors.origins) if settings.cors is not None else None
@@ -151,6 +152,7 @@ class Gateway:
                 self.routes[f"/dashboard/api/{name}"] = {"GET": handler}
             self.prefix_routes["/dashboard/assets/"] = {"GET": dashboard.asset}
             self.prefix_routes["/dashboard/api/journeys/"] = {"GET": dashboard.journey}
+        self.routes["/openapi.json"] = {"GET": catalog.openapi}
         self.routes["/metrics"] = {"GET": ops.prometheus}
         self.routes["/healthz"] = {"GET": ops.healthz}
         self.routes["/readyz"] = {"GET": ops.readyz}

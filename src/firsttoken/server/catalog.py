@@ -1,6 +1,7 @@
 """The model API's other routes: POST /v1/embeddings (forwarded like a whole answer), GET /v1/models
 (the names a client can ask for: every alias, every bare model name an upstream lists, every
-`upstream/model`) and GET /v1/models/{id} (one of them, or any name that resolves)."""
+`upstream/model`), GET /v1/models/{id} (one of them, or any name that resolves), and GET /openapi.json
+(every route, with those names as the examples of `model`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from firsttoken.config import SIM_UPSTREAM, Streaming
 from firsttoken.errors import not_found
 from firsttoken.journey.timeline import Timeline
 from firsttoken.routing.targets import Target, TargetResolver
-from firsttoken.server import validate
+from firsttoken.server import openapi, validate
 from firsttoken.server.admission import Admission
 from firsttoken.server.disconnect import until_disconnect
 from firsttoken.server.egress import Egress
@@ -22,8 +23,9 @@ from firsttoken.server.whole import forward_whole
 
 class Catalog:
     def __init__(self, admission: Admission, egress: Egress, resolver: TargetResolver, streaming: Streaming,
-                 simulated: str | None) -> None:
+                 simulated: str | None, dashboard: bool) -> None:
         self.admission = admission
+        self.dashboard = dashboard  # whether the document lists the dashboard's routes
         self.egress = egress
         self.resolver = resolver
         self.streaming = streaming
@@ -67,6 +69,11 @@ class Catalog:
                             param="model", code="model_not_found")
         await send_json(send, 200, anthropic_model(entry) if speaks_anthropic(scope) else entry,
                         response_headers(base, timeline))
+
+    async def openapi(self, scope: Scope, receive: Receive, send: Send, base: Headers, timeline: Timeline) -> None:
+        """The routes and their formats, open to every caller like /healthz: it holds no tenant's data."""
+        names = [entry["id"] for entry in self._entries()]
+        await send_json(send, 200, openapi.document(names, self.dashboard), response_headers(base, timeline))
 
     def _entries(self) -> list[dict[str, Any]]:
         """Aliases, then bare names (each model an upstream lists, routed to every upstream that lists it),

@@ -161,6 +161,16 @@ def model_name(body: dict[str, Any]) -> str:
     return model
 
 
+def positive_count(value: Any) -> int | None:
+    """`value` as a count of at least 1, or None when it is not one. JSON may write a whole number with a
+    fraction (`4096.0`, as JSON Schema's "integer" allows and the providers' APIs accept): it counts too."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        return None
+    return value
+
+
 def chat_request(body: dict[str, Any]) -> tuple[str, bool]:
     """Check a chat completion request; returns (model, stream)."""
     model = model_name(body)
