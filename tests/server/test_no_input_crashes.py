@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from conftest import CLIENT_KEY, gateway_settings
 from support.gateway_process import GatewayProcess
+from support.wire_bodies import messages_bodies, responses_bodies
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20),
@@ -57,6 +58,7 @@ def deep_body(field: str, depth: int, stream: bool = False) -> bytes:
 
 # Every route served, with and without /v1 where both are, and a few that are not.
 PATHS = ["/v1/chat/completions", "/chat/completions", "/v1/embeddings", "/embeddings", "/v1/models", "/models",
+         "/v1/responses", "/responses", "/openapi.json",
          "/v1/journeys", "/v1/routing", "/metrics", "/healthz", "/readyz", "/v1/journeys/", "/journeys",
          "/routing", "/v1", "/", "/v1/completions"]
 paths = st.sampled_from(PATHS) | st.text(max_size=40).map(lambda tail: "/v1/journeys/" + quote(tail, safe=""))
@@ -107,6 +109,26 @@ def refused(response: httpx.Response, code: str, setting: str, param: str | None
 @given(body=bodies, path=st.sampled_from(["/v1/chat/completions", "/v1/embeddings"]))
 def test_random_json_bodies(http: httpx.Client, body: dict, path: str) -> None:
     check(http.post(path, json=body))
+
+
+def anthropic_shaped(response: httpx.Response) -> None:
+    """No 5xx but the upstream's; every error in Anthropic's shape, as the Messages route promises."""
+    assert response.status_code < 500 or response.status_code in (502, 504), response.text
+    if response.status_code >= 400:
+        error = response.json()
+        assert error["type"] == "error" and set(error["error"]) >= {"type", "message"} and error["error"]["message"]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=messages_bodies, model=models, stream=st.booleans())
+def test_random_messages_bodies(http: httpx.Client, body: dict, model: object, stream: bool) -> None:
+    anthropic_shaped(http.post("/v1/messages", json={**body, "model": model, "stream": stream}))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=responses_bodies, model=models, stream=st.booleans())
+def test_random_responses_bodies(http: httpx.Client, body: dict, model: object, stream: bool) -> None:
+    check(http.post("/v1/responses", json={**body, "model": model, "stream": stream, "store": False}))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 
 from firsttoken.errors import GatewayError, bad_request
-from firsttoken.server.validate import model_name, positive_count
+from firsttoken.server.validate import model_name, positive_count, typed_fields
 
 Json = dict[str, Any]
 
@@ -53,6 +53,7 @@ def check(body: Json) -> tuple[str, bool]:
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise bad_request("'stream' must be a boolean.", param="stream", code="invalid_type")
+    typed_fields(body, ("temperature", "top_p"))  # passed on to chat upstreams as they are
     return model, stream
 
 
@@ -65,6 +66,10 @@ def chat_request(body: Json, skipped: list[GatewayError]) -> Json:
         messages.append({"role": "system", "content": system})
     for i, message in enumerate(body["messages"]):
         messages += _turn(message, f"messages[{i}]", skipped)
+    if not messages:
+        skipped.append(bad_request("'messages' hold nothing a chat model reads (thinking and server tools' blocks "
+                                   "are left out for it); send a text block.", param="messages",
+                                   code="invalid_value"))
     out: Json = {"model": body["model"], "messages": messages, "max_tokens": body["max_tokens"]}
     for key in ("temperature", "top_p"):
         if body.get(key) is not None:

@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from firsttoken.errors import GatewayError, bad_request
-from firsttoken.server.validate import model_name, positive_count
+from firsttoken.server.validate import model_name, positive_count, typed_fields
 
 Json = dict[str, Any]
 
@@ -56,6 +56,7 @@ def check(body: Json) -> tuple[str, bool]:
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise bad_request("'stream' must be a boolean.", param="stream", code="invalid_type")
+    typed_fields(body, ("temperature", "top_p", "seed", "top_logprobs"))  # passed on to chat upstreams as they are
     return model, stream
 
 
@@ -79,6 +80,10 @@ def chat_request(body: Json, items: list[Json], skipped: list[GatewayError]) -> 
         messages.append({"role": "system", "content": instructions})
     for i, item in enumerate(items):
         _add_item(messages, item, f"input[{i}]", skipped)
+    if not messages:
+        skipped.append(bad_request("'input' holds nothing a chat model reads (reasoning items and hosted tools' "
+                                   "calls are left out for it); send a message, or 'instructions'.",
+                                   param="input", code="invalid_value"))
     limit = body.get("max_output_tokens")
     out: Json = {"model": body["model"], "messages": messages,
                  "max_tokens": limit if limit is not None else DEFAULT_MAX_OUTPUT}

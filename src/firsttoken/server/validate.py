@@ -8,6 +8,7 @@ right as it is parsed, before anything walks or re-serialises it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -161,6 +162,18 @@ def model_name(body: dict[str, Any]) -> str:
     return model
 
 
+def typed_fields(body: dict[str, Any], fields: Iterable[str]) -> None:
+    """A 400 naming the first of `fields` (chat's names) that `body` gives with a value of the wrong type."""
+    for field in fields:
+        value = body.get(field)
+        if value is None:
+            continue
+        types, description = _TYPED_FIELDS[field]
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            raise bad_request(f"'{field}' must be {description}, got {type(value).__name__}.",
+                              param=field, code="invalid_type")
+
+
 def positive_count(value: Any) -> int | None:
     """`value` as a count of at least 1, or None when it is not one. JSON may write a whole number with a
     fraction (`4096.0`, as JSON Schema's "integer" allows and the providers' APIs accept): it counts too."""
@@ -182,13 +195,7 @@ def chat_request(body: dict[str, Any]) -> tuple[str, bool]:
         raise bad_request("'messages' must be a non-empty list of messages.", param="messages", code="invalid_type")
     for i, message in enumerate(messages):
         _message(message, i)
-    for field, (types, description) in _TYPED_FIELDS.items():
-        value = body.get(field)
-        if value is None:
-            continue
-        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
-            raise bad_request(f"'{field}' must be {description}, got {type(value).__name__}.",
-                              param=field, code="invalid_type")
+    typed_fields(body, _TYPED_FIELDS)
     stream_options = body.get("stream_options")
     if stream_options is not None and not body.get("stream"):
         raise bad_request("'stream_options' is only allowed when 'stream' is true.", param="stream_options")
