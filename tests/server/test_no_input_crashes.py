@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from conftest import CLIENT_KEY, gateway_settings
 from support.gateway_process import GatewayProcess
-from support.wire_bodies import messages_bodies, responses_bodies
+from support.wire_properties import messages_bodies, responses_bodies
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20),

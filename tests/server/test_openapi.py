@@ -4,23 +4,21 @@ documented, every answer and error in the shape and content type the document gi
 
 from __future__ import annotations
 
+import collections
+
 import httpx
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from openapi_spec_validator import validate
-from schemathesis import checks
 
 from conftest import ADMIN, CLIENT_KEY, gateway_settings
 from firsttoken.config import Settings
 from firsttoken.server import openapi
 from firsttoken.server.app import Gateway
+from support import openapi_fuzz
 from support.gateway_process import GatewayProcess
 
 CLIENT = {"authorization": f"Bearer {CLIENT_KEY}"}
-OPERATOR = ("/v1/journeys", "/v1/routing", "/metrics", "/dashboard/api/")
-STATUSES: dict[str, list[int]] = {}
 EXAMPLES_PER_ROUTE = 12  # CI's bounded pass; bench/fuzz.py runs the long one
 
 
@@ -52,43 +50,25 @@ def test_the_served_document_is_valid_openapi(gateway: GatewayProcess) -> None:
 
 @pytest.fixture(scope="module")
 def served_schema(gateway: GatewayProcess) -> schemathesis.BaseSchema:
-    document = httpx.get(f"{gateway.url}/openapi.json", timeout=10).json()
-    # The config's other names reach a dead upstream and failing test models on purpose (their 502s are other
-    # tests' subject): the fuzzer asks for the alias of the healthy one, or for names nothing routes.
-    document["components"]["schemas"]["ModelName"]["examples"] = ["chat"]
-    return schemathesis.openapi.from_dict(document)
+    return openapi_fuzz.served_schema(gateway.url)
 
 
-# One test per route, from the document itself; the live dashboard stream never ends, so it is not fuzzed.
+STATUSES: dict[str, collections.Counter[int]] = {}
 ROUTES = [(path, method) for path, operations in openapi.document(["chat"], dashboard=True)["paths"].items()
-          for method in operations if path != "/dashboard/api/events"]
+          for method in operations if path != openapi_fuzz.LIVE]
 
 
 @pytest.mark.parametrize("path, method", ROUTES, ids=[f"{m.upper()} {p}" for p, m in ROUTES])
 def test_every_route_keeps_to_the_document(served_schema: schemathesis.BaseSchema, gateway: GatewayProcess,
                                            path: str, method: str) -> None:
-    headers = ADMIN if path.startswith(OPERATOR) else CLIENT
-
-    operation = served_schema[path][method]
-    cases = st.one_of(operation.as_strategy(), *operation.get_strategies_from_examples())  # examples too
-
-    @given(cases, st.booleans())
-    @settings(max_examples=EXAMPLES_PER_ROUTE, deadline=None, database=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-    def keeps_to_it(case: schemathesis.Case, known_model: bool) -> None:
-        if known_model and isinstance(case.body, dict) and "model" in case.body:
-            case.body["model"] = "chat"  # a name the config routes, so that half the requests reach the upstream
-        response = case.call_and_validate(base_url=gateway.url, headers=headers, timeout=20,
-                               checks=[checks.not_a_server_error, checks.status_code_conformance,
-                                       checks.content_type_conformance, checks.response_schema_conformance])
-        STATUSES.setdefault(f"{method.upper()} {path}", []).append(response.status_code)
-
-    keeps_to_it()
+    statuses = STATUSES.setdefault(f"{method.upper()} {path}", collections.Counter())
+    openapi_fuzz.fuzz_operation(served_schema, path, method, gateway.url,
+                                openapi_fuzz.headers_for(path, CLIENT, ADMIN), EXAMPLES_PER_ROUTE, statuses)
 
 
 def test_the_fuzzer_reached_the_upstream() -> None:
     """The pass above is worth something only if some of its requests were answered: a document the gateway
     refused everything against would pass every check."""
-    answered = {route for route, statuses in STATUSES.items() if 200 in statuses}
+    answered = {route for route, statuses in STATUSES.items() if statuses[200]}
     generation = {"POST /v1/chat/completions", "POST /v1/messages", "POST /v1/responses", "POST /v1/embeddings"}
     assert generation <= answered, STATUSES

@@ -1,12 +1,17 @@
-"""Hypothesis strategies for request bodies of the two client formats read into chat's form (Anthropic
-Messages, OpenAI Responses): plausible fields mixed with arbitrary JSON, so that both the paths a real client
-takes and every wrong type are tried."""
+"""Request bodies of the two client formats read into chat's form (Anthropic Messages, OpenAI Responses), as
+hypothesis strategies (plausible fields mixed with arbitrary JSON, so that both the paths a real client takes
+and every wrong type are tried), and the properties their parsers keep."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from hypothesis import strategies as st
+
+from firsttoken.errors import GatewayError
+from firsttoken.formats import messages_request, responses_request
+from firsttoken.server import validate
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-5, 10**6) | st.floats(allow_nan=False, allow_infinity=False)
@@ -60,3 +65,28 @@ responses_bodies = st.fixed_dictionaries(
                   optional={"name": json_values, "parameters": json_values}), max_size=2), json_values),
               "tool_choice": json_values, "text": json_values, "reasoning": json_values,
               "background": json_values, "store": json_values})
+
+
+def messages_body_is_refused_or_read(body: dict) -> None:
+    """A Messages body is refused by name, or read into a chat request the gateway itself accepts."""
+    _refused_or_read(body, messages_request.check, messages_request.chat_request)
+
+
+def responses_body_is_refused_or_read(body: dict) -> None:
+    """A Responses body is refused by name, or read into a chat request the gateway itself accepts."""
+    _refused_or_read(body, responses_request.check, lambda checked, skipped: responses_request.chat_request(
+        checked, responses_request.input_items(checked), skipped))
+
+
+def _refused_or_read(body: dict, check: Callable[[dict], object],
+                     read: Callable[[dict, list[GatewayError]], dict]) -> None:
+    skipped: list[GatewayError] = []
+    try:
+        check(body)
+        chat = read(body, skipped)
+    except GatewayError as error:
+        skipped = [error]
+    for refusal in skipped:  # refused whole, or a part only a chat upstream cannot take
+        assert refusal.status == 400 and refusal.message, refusal
+    if not skipped:
+        validate.chat_request(chat)  # what it reads is a request the gateway itself accepts
