@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import orjson
 from hypothesis import strategies as st
 
 from firsttoken.errors import GatewayError
@@ -89,4 +90,5 @@ def _refused_or_read(body: dict, check: Callable[[dict], object],
     for refusal in skipped:  # refused whole, or a part only a chat upstream cannot take
         assert refusal.status == 400 and refusal.message, refusal
     if not skipped:
-        validate.chat_request(chat)  # what it reads is a request the gateway itself accepts
+        validate.chat_request(chat)  # what it reads is a request the gateway itself accepts,
+        orjson.dumps(chat)  # and can send on (a 64-bit serialiser refuses bigger integers)

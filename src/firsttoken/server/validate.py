@@ -177,7 +177,7 @@ def typed_fields(body: dict[str, Any], fields: Iterable[str]) -> None:
 def positive_count(value: Any) -> int | None:
     """`value` as a count of at least 1, or None when it is not one. JSON may write a whole number with a
     fraction (`4096.0`, as JSON Schema's "integer" allows and the providers' APIs accept): it counts too."""
-    if isinstance(value, float) and value.is_integer():
+    if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:  # past it: no exact count
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         return None
