@@ -282,6 +282,9 @@ class Limits(_Strict):
     max_pending_connections: int = Field(1024, ge=1, description="connections waiting for a request's headers; "
                                                                  "past it the longest-waiting is closed")
     redis: str | None = Field(None, description="keys' rpm and tpm kept in Redis, shared by replicas: redis://…")
+    redis_down: Literal["open", "closed"] = Field(
+        "open", description="while that Redis cannot be reached: let limited keys' requests through, uncounted "
+                            "(open), or refuse them with a 503 until it is back (closed)")
 
     @field_validator("redis")
     @classmethod

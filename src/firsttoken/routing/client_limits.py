@@ -7,7 +7,8 @@ when several gateways serve the same keys: there one Lua script refills and char
 request atomically, on Redis's clock, so replicas cannot overspend a key between them. The limiter must
 not take the gateway down, nor slow it: every command goes through a RedisGuard (redis_guard.py), with a
 short timeout and a circuit breaker. A Redis that is stopped or frozen lets requests through, uncounted
-(corrections are dropped); once one command has failed, the others skip Redis without touching it until a
+(corrections are dropped), or, with `limits.redis_down: closed`, refuses limited keys' requests with a 503
+until it is back; once one command has failed, the others skip Redis without touching it until a
 probe finds it back, and the warnings are a line per interval, not one per request.
 """
 
@@ -79,9 +80,12 @@ class Charge:
 
 class ClientLimits:
     def __init__(self, keys: list[ClientKey], redis_url: str | None = None, prefix: str = "firsttoken:limits:",
-                 policy: GuardPolicy = DEFAULT_POLICY) -> None:
+                 policy: GuardPolicy = DEFAULT_POLICY, fail_closed: bool = False) -> None:
         self._limits = {k.name: KeyLimits(k.rpm, k.tpm) for k in keys if k.rpm is not None or k.tpm is not None}
-        self.guard = (RedisGuard(redis_url, "rate limits", "requests are let through, uncounted", log, policy)
+        self.fail_closed = fail_closed
+        meanwhile = ("limited keys' requests are refused (503)" if fail_closed
+                     else "requests are let through, uncounted")
+        self.guard = (RedisGuard(redis_url, "rate limits", meanwhile, log, policy)
                       if redis_url and self._limits else None)
         self._redis = self.guard.client() if self.guard else None
         self._take = self._redis.register_script(_TAKE) if self._redis else None
@@ -125,6 +129,11 @@ class ClientLimits:
         assert self.guard is not None and self._take is not None
         reply = await self.guard.call(partial(self._take, keys=[self._bucket(key, limit) for limit, _, _ in checks],
                                               args=args))
+        if reply is None and self.fail_closed:
+            raise GatewayError(503, f"The client key {key!r} has limits, and they cannot be counted now: the "
+                                    f"gateway's Redis is unreachable, and it is set to refuse meanwhile "
+                                    f"(limits.redis_down: closed). Retry in a few seconds.",
+                               "api_error", code="limits_unavailable", headers={"Retry-After": "2"})
         if reply is None or reply[0] == b"0":  # charged; or Redis failed or is skipped: let through
             return None
         limit, allowed, _ = checks[int(reply[1]) - 1]

@@ -97,7 +97,8 @@ class Gateway:
         self.metrics.registry.register(RoutingCollector(router, self.keep_warm))
         self.metrics.registry.register(PoolCollector(upstreams))
         self.task_router = TaskRouter(settings.sizing) if settings.sizing is not None else None
-        self.client_limits = ClientLimits(settings.keys, settings.limits.redis)
+        self.client_limits = ClientLimits(settings.keys, settings.limits.redis,
+                                          fail_closed=settings.limits.redis_down == "closed")
         keys = ClientKeys(settings.keys, settings.admin_key)
         admission = Admission(keys, self.client_limits, settings.limits, journeys, self.alarms)
         egress = Egress(upstreams, self.alarms, router)
