@@ -78,12 +78,17 @@ class OnnxEmbedder:
         self.dimensions = int(output.shape[-1])
         self._tokenizer: Any = Tokenizer.from_file(str(files.tokenizer))
         self._tokenizer.enable_truncation(files.max_tokens)
+        # The tokenizer reads a whole text before it truncates: an agent's 500 KB prompt cost megabytes
+        # and milliseconds for 256 tokens. A WordPiece token covers at most 100 characters (a longer word
+        # is one [UNK]), so this much of a text holds all the tokens the model reads, unless most of its
+        # words are longer than that.
+        self._max_chars = files.max_tokens * 100
         self._tokenizer.no_padding()  # the shipped file pads every text to 128: batches are padded here
         self.embed(["a first run, at start"])  # ONNX Runtime's first run is several times slower than the next
 
     def embed(self, texts: list[str]) -> np.ndarray:
         vectors = np.empty((len(texts), self.dimensions), dtype=np.float32)
-        encodings = self._tokenizer.encode_batch(texts)
+        encodings = self._tokenizer.encode_batch([text[:self._max_chars] for text in texts])
         for group in _similar_lengths([len(e.ids) for e in encodings]):
             vectors[group] = self._run([encodings[i] for i in group])
         return vectors

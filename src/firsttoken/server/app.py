@@ -58,7 +58,9 @@ from firsttoken.server.http import (
     response_headers,
     send_error,
 )
+from firsttoken.server.memory_trim import MemoryTrimmer
 from firsttoken.server.ops import Ops
+from firsttoken.server.process_metrics import register_process_metrics
 from firsttoken.sim.embedded import EmbeddedRegion
 from firsttoken.upstream.metrics import PoolCollector
 from firsttoken.upstream.registry import Upstreams
@@ -85,6 +87,7 @@ class Gateway:
         credentials = Redactor(secrets)
         redact_logs(secrets)  # whatever a library or we log, no credential of ours is in it
         self.alarms = Alarms()
+        self.memory_trimmer = MemoryTrimmer()
         self.upstreams = upstreams = Upstreams(settings.upstreams, settings.place)
         self.router = router = Router(settings.routing, lambda upstream: upstreams[upstream].floor_ms)
         self.keep_warm = KeepWarm(router, upstreams)
@@ -96,6 +99,7 @@ class Gateway:
             self.metrics.registry.register(CacheCollector(self.cache))
         self.metrics.registry.register(RoutingCollector(router, self.keep_warm))
         self.metrics.registry.register(PoolCollector(upstreams))
+        register_process_metrics(self.metrics.registry)
         self.task_router = TaskRouter(settings.sizing) if settings.sizing is not None else None
         self.client_limits = ClientLimits(settings.keys, settings.limits.redis,
                                           fail_closed=settings.limits.redis_down == "closed")
@@ -172,6 +176,7 @@ class Gateway:
             if message["type"] == "lifespan.startup":
                 try:
                     self.alarms.start()
+                    self.memory_trimmer.start()
                     self.sink.start()
                     if self.cache is not None:
                         await self.cache.start()  # the embedding model, when semantic caching is on
@@ -205,6 +210,7 @@ class Gateway:
                 if self.embedded is not None:
                     await self.embedded.close()
                 await self.alarms.close()
+                await self.memory_trimmer.close()
                 self.sink.take_batch()
                 await asyncio.to_thread(self.sink.close)  # the last journeys reach the log
                 if self.cache is not None:
