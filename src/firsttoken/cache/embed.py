@@ -94,7 +94,10 @@ class OnnxEmbedder:
         return vectors
 
     def _run(self, encodings: list[Any]) -> np.ndarray:
-        longest = max(len(e.ids) for e in encodings)
+        # Padded to a multiple of LENGTH_STEP tokens (the padding is masked out): ONNX Runtime keeps memory
+        # for every input shape it has run, and prompts of every length grew it by 350 MiB before it levelled
+        # off; a few dozen shapes level off at once.
+        longest = -(-max(len(e.ids) for e in encodings) // LENGTH_STEP) * LENGTH_STEP
         columns = {name: np.zeros((len(encodings), longest), dtype=np.int64)
                    for name in ("input_ids", "attention_mask", "token_type_ids")}
         for row, encoding in enumerate(encodings):
@@ -108,6 +111,9 @@ class OnnxEmbedder:
             weights = columns["attention_mask"][:, :, None].astype(np.float32)
             output = (output * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
         return output / np.maximum(np.linalg.norm(output, axis=1, keepdims=True), 1e-12)
+
+
+LENGTH_STEP = 32
 
 
 def _similar_lengths(lengths: list[int]) -> list[list[int]]:
