@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from firsttoken import __version__
 
 Schema = dict[str, Any]
@@ -153,14 +151,8 @@ def _errors(shape: str) -> dict[str, Schema]:
             "5XX": _json(shape, "no upstream gave an answer (502, 503, 504)")}
 
 
-# A request of each kind, with the model the document's examples are given (MODEL_EXAMPLE, replaced).
-MODEL_EXAMPLE = "llama-3.1-8b"
+MODEL_EXAMPLE = "llama-3.1-8b"  # the offline default's, when the document is given no names
 _HELLO = [{"role": "user", "content": "Say hello."}]
-_EXAMPLES: dict[str, Schema] = {
-    "ChatCompletionRequest": {"model": MODEL_EXAMPLE, "messages": _HELLO, "max_tokens": 64},
-    "MessagesRequest": {"model": MODEL_EXAMPLE, "max_tokens": 64, "messages": _HELLO},
-    "ResponsesRequest": {"model": MODEL_EXAMPLE, "input": "Say hello.", "max_output_tokens": 64},
-}
 
 
 def _event(named: bool) -> Schema:
@@ -170,11 +162,12 @@ def _event(named: bool) -> Schema:
             "properties": {"event": {"type": "string"}, "data": {"type": "string"}, "id": {"type": "string"}}}
 
 
-def _generation(request: str, answer: str, shape: str, summary: str, named_events: bool) -> Schema:
+def _generation(request: str, example: Schema, answer: str, shape: str, summary: str,
+                named_events: bool) -> Schema:
     return {
         "summary": summary,
         "requestBody": {"required": True, "content": {"application/json": {"schema": _ref(request),
-                                                                           "example": _EXAMPLES[request]}}},
+                                                                           "example": example}}},
         "responses": {"200": {"description": "the answer, whole or (with stream: true) as server-sent events",
                               "content": {"application/json": {"schema": _ref(answer)},
                                           "text/event-stream": {"schema": _event(named_events)}}},
@@ -200,27 +193,34 @@ def _path_parameter(name: str, description: str) -> Schema:
 
 _LIMIT = {"name": "limit", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 1}}
 
-# The API clients call, each also served without its /v1 prefix (clients configured with a bare base URL).
-_CLIENT_API: dict[str, dict[str, Schema]] = {
-    "/chat/completions": {"post": _generation("ChatCompletionRequest", "ChatCompletion", "OpenAIError",
-                                              "OpenAI chat completions", named_events=False)},
-    "/messages": {"post": _generation("MessagesRequest", "Message", "AnthropicError", "Anthropic Messages",
-                                      named_events=True)},
-    "/messages/count_tokens": {"post": {
-        "summary": "Anthropic's token count for a Messages request",
-        "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("CountTokensRequest")}}},
-        "responses": {"200": _json("InputTokens", "the count"), **_errors("AnthropicError")}}},
-    "/responses": {"post": _generation("ResponsesRequest", "Response", "OpenAIError", "OpenAI Responses",
-                                       named_events=True)},
-    "/embeddings": {"post": {
-        "summary": "OpenAI embeddings",
-        "requestBody": {"required": True, "content": {"application/json": {
-            "schema": _ref("EmbeddingsRequest"), "example": {"model": MODEL_EXAMPLE, "input": "Say hello."}}}},
-        "responses": {"200": _json("Embeddings", "the vectors"), **_errors("OpenAIError")}}},
-    "/models": {"get": _read("List", "the model names a client may ask for")},
-    "/models/{model}": {"get": _read("Model", "one model name", parameters=[
-        _path_parameter("model", "a name /models lists, or upstream/model")])},
-}
+def _client_api(model: str) -> dict[str, dict[str, Schema]]:
+    """The API clients call, each also served without its /v1 prefix (clients configured with a bare base
+    URL); its examples ask for `model`."""
+    return {
+        "/chat/completions": {"post": _generation(
+            "ChatCompletionRequest", {"model": model, "messages": _HELLO, "max_tokens": 64}, "ChatCompletion",
+            "OpenAIError", "OpenAI chat completions", named_events=False)},
+        "/messages": {"post": _generation(
+            "MessagesRequest", {"model": model, "max_tokens": 64, "messages": _HELLO}, "Message",
+            "AnthropicError", "Anthropic Messages", named_events=True)},
+        "/messages/count_tokens": {"post": {
+            "summary": "Anthropic's token count for a Messages request",
+            "requestBody": {"required": True, "content": {"application/json": {
+                "schema": _ref("CountTokensRequest")}}},
+            "responses": {"200": _json("InputTokens", "the count"), **_errors("AnthropicError")}}},
+        "/responses": {"post": _generation(
+            "ResponsesRequest", {"model": model, "input": "Say hello.", "max_output_tokens": 64}, "Response",
+            "OpenAIError", "OpenAI Responses", named_events=True)},
+        "/embeddings": {"post": {
+            "summary": "OpenAI embeddings",
+            "requestBody": {"required": True, "content": {"application/json": {
+                "schema": _ref("EmbeddingsRequest"), "example": {"model": model, "input": "Say hello."}}}},
+            "responses": {"200": _json("Embeddings", "the vectors"), **_errors("OpenAIError")}}},
+        "/models": {"get": _read("List", "the model names a client may ask for")},
+        "/models/{model}": {"get": _read("Model", "one model name", parameters=[
+            _path_parameter("model", "a name /models lists, or upstream/model")])},
+    }
+
 
 _OPERATOR_API: dict[str, dict[str, Schema]] = {
     "/v1/journeys": {"get": _read("List", "the latest journeys (a client key's own; every one for the admin key)",
@@ -254,17 +254,16 @@ _DASHBOARD: dict[str, dict[str, Schema]] = {
 
 def document(models: list[str], dashboard: bool) -> Schema:
     """The OpenAPI document of a gateway that answers to `models` (given as examples to its callers)."""
+    models = models or [MODEL_EXAMPLE]
     paths: dict[str, dict[str, Schema]] = {}
-    for path, operations in _CLIENT_API.items():
+    for path, operations in _client_api(models[0]).items():
         for prefix in ("/v1", ""):
             paths[prefix + path] = {method: {**operation, "operationId": _operation_id(method, prefix + path)}
                                     for method, operation in operations.items()}
     for path, operations in {**_OPERATOR_API, **(_DASHBOARD if dashboard else {})}.items():
         paths[path] = {method: {**operation, "operationId": _operation_id(method, path)}
                        for method, operation in operations.items()}
-    schemas = {**SCHEMAS, "ModelName": {**_MODEL, "examples": models or [MODEL_EXAMPLE]}}
-    if models:  # the examples ask for a model this gateway routes
-        paths = orjson.loads(orjson.dumps(paths).replace(f'"{MODEL_EXAMPLE}"'.encode(), orjson.dumps(models[0])))
+    schemas = {**SCHEMAS, "ModelName": {**_MODEL, "examples": models}}
     return {
         "openapi": "3.1.0",
         "info": {"title": "firsttoken", "version": __version__,
