@@ -34,8 +34,7 @@ def soak_settings(upstream_url: str) -> dict:
 
 @pytest.mark.timeout(SECONDS + 240)
 def test_a_soak_loses_nothing_and_leaks_nothing(upstream, tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")}
-    with GatewayProcess(soak_settings(upstream.url), tmp_path, env=env) as gateway:
+    with GatewayProcess(soak_settings(upstream.url), tmp_path) as gateway:
         before = sample(gateway.url, ADMIN, 0)
         result = Soak(gateway.url, {"authorization": f"Bearer {CLIENT_KEY}"}, ADMIN, SECONDS).run()
         log = gateway.log()

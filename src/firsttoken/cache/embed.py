@@ -25,6 +25,7 @@ import numpy as np
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 MODELS = Path(__file__).resolve().parent / "models"
 _DEFAULT_GRAPH_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+LENGTH_STEP = 32  # batches are padded to a multiple of this many tokens (OnnxEmbedder._run says why)
 _DEFAULT_MAX_TOKENS = 256  # sentence-transformers' max_seq_length for this model (the tokenizer file says 128)
 
 
@@ -111,9 +112,6 @@ class OnnxEmbedder:
             weights = columns["attention_mask"][:, :, None].astype(np.float32)
             output = (output * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
         return output / np.maximum(np.linalg.norm(output, axis=1, keepdims=True), 1e-12)
-
-
-LENGTH_STEP = 32
 
 
 def _similar_lengths(lengths: list[int]) -> list[list[int]]:
