@@ -29,10 +29,8 @@ def banner(settings: Settings, workers: int, console: Console) -> None:
         grid.add_row(f"  upstream {name}", f"{upstream.api} at {upstream.public_url}{region}")
     simulated = settings.simulated
     if simulated is not None:
-        grid.add_row(f"  upstream {SIM_UPSTREAM}", f"a simulated region in this process: {simulated.describe()}")
-        if workers > 1:
-            grid.add_row("", f"each of the {workers} workers runs its own (its own GPUs and rate limits); run "
-                             f"`firsttoken sim` once and point an upstream at it to share one")
+        where = "in this process" if workers == 1 else f"in a process of its own, shared by the {workers} workers"
+        grid.add_row(f"  upstream {SIM_UPSTREAM}", f"a simulated region {where}: {simulated.describe()}")
     for alias, targets in settings.models.items():
         grid.add_row(f"  model {alias}", f"→ {', '.join(targets)}")
     if settings.keys:
@@ -56,8 +54,7 @@ def _journeys(settings: Settings, workers: int) -> str:
         where.append(f"OTLP spans to {journeys.otlp.endpoint} as {journeys.otlp.service_name}")
     said = "; ".join(where) or "kept in memory only"
     if workers > 1:
-        said += (f"; /metrics and /v1/journeys answer for the one of the {workers} workers that takes the request "
-                 f"(each keeps its own), the log and OTLP have every worker's")
+        said += f"; /metrics, /v1/journeys and /v1/routing answer for all {workers} workers"
     return said
 
 

@@ -13,6 +13,9 @@ import contextlib
 import logging
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Protocol
 
 import aiohttp
 
@@ -27,13 +30,21 @@ LEARN_AFTER = 2  # cold starts seen before their idle spells are trusted
 PING = {"messages": [{"role": "user", "content": "ping"}], "max_tokens": 1}
 
 
+class PingGate(Protocol):
+    """Where a gateway runs as several workers, the one place their pings go through: a ping goes only if
+    no worker has used the model within `idle_s`, and one at a time (server/peers.py)."""
+
+    async def run(self, label: str, idle_s: float, ping: Callable[[], Awaitable[None]]) -> bool: ...
+
+
 class KeepWarm:
-    def __init__(self, router: Router, upstreams: Upstreams) -> None:
+    def __init__(self, router: Router, upstreams: Upstreams, gate: PingGate | None = None) -> None:
         self.router = router
         self.upstreams = upstreams
+        self.gate = gate
         self.pings: dict[str, deque[float]] = {}  # per target label: when its pings went, the last hour's
         self._task: asyncio.Task[None] | None = None
-        self._pinging: set[asyncio.Task[None]] = set()  # a ping to a cold model takes seconds: one each
+        self._pinging: dict[str, asyncio.Task[None]] = {}  # a ping to a cold model takes seconds: one each
         self.sent = 0
 
     def start(self) -> None:
@@ -41,27 +52,31 @@ class KeepWarm:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def close(self) -> None:
-        for task in (self._task, *self._pinging):
+        for task in (self._task, *self._pinging.values()):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
 
     def due(self, state: TargetState) -> bool:
+        return self._idle_needed(state) is not None
+
+    def _idle_needed(self, state: TargetState) -> float | None:
+        """The idle spell after which the target is pinged, when it has been idle that long and may be."""
         keep_warm = self.upstreams[state.target.upstream].settings.keep_warm
         if keep_warm is None:
-            return False
+            return None
         idle_s = keep_warm.idle_s
         learned = state.cold.unloads_after_s
         if idle_s is None and learned is not None and len(state.cold.idle_before_cold) >= LEARN_AFTER:
             idle_s = LEARNED_MARGIN * learned
         if idle_s is None or self.router.idle_for(state) < idle_s:
-            return False
+            return None
         sent = self.pings.setdefault(state.target.label, deque())
         hour_ago = time.monotonic() - 3600
         while sent and sent[0] < hour_ago:
             sent.popleft()
-        return len(sent) < keep_warm.max_per_hour
+        return idle_s if len(sent) < keep_warm.max_per_hour else None
 
     async def _run(self) -> None:
         while True:
@@ -73,15 +88,28 @@ class KeepWarm:
 
     def _tick(self) -> None:
         for state in self.router.states():
-            if self.due(state):
-                self.pings[state.target.label].append(time.monotonic())
-                self.sent += 1
-                self.router.pinged(state)
-                ping = asyncio.get_running_loop().create_task(self._ping(state))
-                self._pinging.add(ping)
-                ping.add_done_callback(self._pinging.discard)
+            label = state.target.label
+            if label in self._pinging:
+                continue
+            idle_s = self._idle_needed(state)
+            if idle_s is not None:
+                task = asyncio.get_running_loop().create_task(self._send(state, idle_s))
+                self._pinging[label] = task
+                task.add_done_callback(partial(self._sent, label))
+
+    def _sent(self, label: str, task: asyncio.Task[None]) -> None:
+        self._pinging.pop(label, None)
+
+    async def _send(self, state: TargetState, idle_s: float) -> None:
+        if self.gate is None:
+            await self._ping(state)
+        elif not await self.gate.run(state.target.label, idle_s, lambda: self._ping(state)):
+            self.router.pinged(state)  # used or pinged elsewhere: this worker's idle spell starts again too
 
     async def _ping(self, state: TargetState) -> None:
+        self.pings[state.target.label].append(time.monotonic())
+        self.sent += 1
+        self.router.pinged(state)
         link = self.upstreams[state.target.upstream]
         request = link.adapter.chat(dict(PING), state.target.model, False)
         session = link.pool.session

@@ -44,6 +44,7 @@ from firsttoken.server.admission import Admission
 from firsttoken.server.auth import ClientKeys
 from firsttoken.server.catalog import Catalog, speaks_anthropic
 from firsttoken.server.chat import Generation
+from firsttoken.server.cluster import SHARED_REGION_ENV, Cluster
 from firsttoken.server.cors import Cors, is_preflight
 from firsttoken.server.count_tokens import CountTokens
 from firsttoken.server.dashboard import Dashboard
@@ -60,8 +61,11 @@ from firsttoken.server.http import (
 )
 from firsttoken.server.memory_trim import MemoryTrimmer
 from firsttoken.server.ops import Ops
+from firsttoken.server.peers import ClusterPings, Peers, PeerServer
 from firsttoken.server.process_metrics import register_process_metrics
+from firsttoken.server.worker_views import WorkerViews
 from firsttoken.sim.embedded import EmbeddedRegion
+from firsttoken.sim.embedded import describe as describe_region
 from firsttoken.upstream.metrics import PoolCollector
 from firsttoken.upstream.registry import Upstreams
 
@@ -73,15 +77,25 @@ Handler = Callable[[Scope, Receive, Send, Headers, Timeline], Awaitable[None]]
 
 
 class Gateway:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, cluster: Cluster | None = None) -> None:
         self.embedded: EmbeddedRegion | None = None
         simulated = settings.simulated
+        region_description: str | None = None
         if simulated is not None:
-            self.embedded = EmbeddedRegion(simulated)
-            settings = settings.with_upstream(SIM_UPSTREAM, {"url": self.embedded.url, "api": "openai",
+            shared_region = os.environ.get(SHARED_REGION_ENV)
+            if cluster is not None and shared_region:
+                region_url = shared_region
+                region_description = describe_region(
+                    simulated, f"in a process of its own, shared by the gateway's {cluster.size} workers")
+            else:
+                self.embedded = EmbeddedRegion(simulated)
+                region_url, region_description = self.embedded.url, self.embedded.description
+            settings = settings.with_upstream(SIM_UPSTREAM, {"url": region_url, "api": "openai",
                                                              "region": simulated.region})
             if settings.location is None:  # the gateway stands where the region's clients are
                 settings = settings.model_copy(update={"location": simulated.client_location})
+        if cluster is not None:
+            settings = cluster.shared_pools(settings)
         self.settings = settings
         secrets = settings.secrets()
         credentials = Redactor(secrets)
@@ -90,7 +104,9 @@ class Gateway:
         self.memory_trimmer = MemoryTrimmer()
         self.upstreams = upstreams = Upstreams(settings.upstreams, settings.place)
         self.router = router = Router(settings.routing, lambda upstream: upstreams[upstream].floor_ms)
-        self.keep_warm = KeepWarm(router, upstreams)
+        self.peers = Peers(cluster) if cluster is not None else None
+        self.keep_warm = KeepWarm(router, upstreams,
+                                  ClusterPings(cluster, self.peers) if cluster and self.peers else None)
         self.metrics = Metrics()
         self.sink = JourneySink(_journey_log(settings), self.metrics, _span_exporter(settings))
         journeys = RecentJourneys(settings.journeys.recent)
@@ -115,9 +131,11 @@ class Gateway:
         responses = Generation(admission, egress, resolver, self.task_router, self.cache, credentials,
                                     settings.streaming, ResponsesFormat(self.response_store))
         catalog = Catalog(admission, egress, resolver, settings.streaming,
-                          self.embedded.description if self.embedded is not None else None,
+                          region_description,
                           settings.dashboard.enabled)
-        ops = Ops(keys, journeys, self.sink, self.metrics, router, self.keep_warm, upstreams)
+        views = WorkerViews(journeys, self.sink, self.metrics, router, self.keep_warm)
+        self.peer_server = PeerServer(cluster, views) if cluster is not None else None
+        ops = Ops(keys, views, upstreams, self.peers)
         self.client_rtt = RttReader()
         self.cors = Cors(settings.cors.origins) if settings.cors is not None else None
         self.access_log = settings.listen.access_log
@@ -183,6 +201,8 @@ class Gateway:
                     if self.embedded is not None:
                         await self.embedded.start()
                     await self.upstreams.start()
+                    if self.peer_server is not None:
+                        await self.peer_server.start()
                     self.keep_warm.start()
                     if self.task_router is not None and self.task_router.settings.neighbours:
                         try:
@@ -206,6 +226,10 @@ class Gateway:
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self.keep_warm.close()
+                if self.peer_server is not None:
+                    await self.peer_server.close()
+                if self.peers is not None:
+                    await self.peers.close()
                 await self.upstreams.close()
                 if self.embedded is not None:
                     await self.embedded.close()
@@ -315,7 +339,8 @@ def app_from_environment() -> Gateway:
         overrides["listen.port"] = int(os.environ["FIRSTTOKEN_PORT"])
     if os.environ.get("FIRSTTOKEN_ACCESS_LOG") == "1":
         overrides["listen.access_log"] = True
-    return Gateway(config_module.load(os.environ.get("FIRSTTOKEN_CONFIG") or None, overrides=overrides))
+    settings = config_module.load(os.environ.get("FIRSTTOKEN_CONFIG") or None, overrides=overrides)
+    return Gateway(settings, Cluster.from_environment())
 
 
 __all__ = ["Gateway", "create_app", "app_from_environment"]

@@ -9,11 +9,15 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import shutil
 import socket
 import sys
+import tempfile
 from typing import Any
 
 from firsttoken.config import Settings
+from firsttoken.server.cluster import RUN_DIR_ENV, SHARED_REGION_ENV, WORKERS_ENV
+from firsttoken.sim.embedded import SharedRegion
 
 
 class ListenError(Exception):
@@ -71,14 +75,25 @@ def serve(settings: Settings, config_path: str | None, workers: int, sock: socke
         if not server.started:
             sys.exit(3)  # uvicorn's own code for a start-up that failed (the reason is in the log above)
         return
-    # Each worker builds its own gateway (its own pools and loop) from the same settings.
+    # Each worker builds its own gateway (its own pools and loop) from the same settings, and finds its
+    # siblings and the one simulated region they share through the environment (server/cluster.py).
     if config_path:
         os.environ["FIRSTTOKEN_CONFIG"] = os.path.abspath(config_path)
     os.environ["FIRSTTOKEN_HOST"] = settings.listen.host
     os.environ["FIRSTTOKEN_PORT"] = str(settings.listen.port)
     os.environ["FIRSTTOKEN_ACCESS_LOG"] = "1" if settings.listen.access_log else "0"
+    run_dir = tempfile.mkdtemp(prefix="firsttoken-")  # 0700: the workers' sockets are this user's alone
+    os.environ[RUN_DIR_ENV] = run_dir
+    os.environ[WORKERS_ENV] = str(workers)
+    region = SharedRegion(settings.simulated) if settings.simulated is not None else None
+    if region is not None:
+        os.environ[SHARED_REGION_ENV] = region.url
     config = uvicorn.Config("firsttoken.server.app:app_from_environment", factory=True, workers=workers, **options)
     try:
         Multiprocess(config, sockets=[sock]).run()
     except KeyboardInterrupt:
         pass
+    finally:
+        if region is not None:
+            region.close()
+        shutil.rmtree(run_dir, ignore_errors=True)

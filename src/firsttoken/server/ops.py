@@ -3,61 +3,82 @@ liveness and readiness."""
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import parse_qs
 
 from firsttoken.errors import GatewayError
-from firsttoken.journey.attribution import attribute
 from firsttoken.journey.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from firsttoken.journey.metrics import Metrics
-from firsttoken.journey.recent import RecentJourneys
-from firsttoken.journey.sink import JourneySink
+from firsttoken.journey.metrics_merge import merge_expositions
 from firsttoken.journey.timeline import Timeline
-from firsttoken.routing.keepwarm import KeepWarm
-from firsttoken.routing.metrics import target_view
-from firsttoken.routing.router import Router
 from firsttoken.server.auth import ClientKeys
 from firsttoken.server.http import Headers, Receive, Scope, Send, response_headers, send_bytes, send_json
+from firsttoken.server.peers import Peers
+from firsttoken.server.worker_views import WorkerViews
 from firsttoken.upstream.registry import Upstreams
 
 
 class Ops:
-    def __init__(self, keys: ClientKeys, journeys: RecentJourneys, sink: JourneySink, metrics: Metrics,
-                 router: Router, keep_warm: KeepWarm, upstreams: Upstreams) -> None:
+    """Under `--workers N` (peers given), every answer but liveness and readiness covers all the workers,
+    whichever of them the connection reached; the header `x-firsttoken-workers` says how many answered."""
+
+    def __init__(self, keys: ClientKeys, views: WorkerViews, upstreams: Upstreams, peers: Peers | None = None) -> None:
         self.keys = keys
-        self.journeys = journeys
-        self.sink = sink
-        self.metrics = metrics
-        self.router = router
-        self.keep_warm = keep_warm
+        self.views = views
         self.upstreams = upstreams
+        self.peers = peers
+
+    def _answered(self, siblings: dict[int, Any]) -> Headers:
+        if self.peers is None:
+            return []
+        return [(b"x-firsttoken-workers", f"{len(siblings) + 1}/{self.peers.cluster.size}".encode())]
 
     async def journey(self, scope: Scope, receive: Receive, send: Send, base: Headers, timeline: Timeline) -> None:
         request_id = scope["path"].removeprefix("/v1/journeys/")
-        found = self.journeys.get(request_id, self.keys.viewer(scope))
+        tenant = self.keys.viewer(scope)
+        found = self.views.journey(request_id, tenant)
+        if found is None and self.peers is not None:
+            found = await self.peers.journey(request_id, tenant)
         if found is None:
-            raise GatewayError(404, f"No journey {request_id!r} among the last {self.journeys.capacity} requests "
-                                    f"(or not one of yours). Journey ids are the x-request-id of a response.",
-                               code="journey_not_found")
-        await send_json(send, 200, attribute(found).to_dict(), response_headers(base, timeline))
+            raise GatewayError(404, f"No journey {request_id!r} among the last {self.views.journeys.capacity} "
+                                    f"requests (or not one of yours). Journey ids are the x-request-id of a "
+                                    f"response.", code="journey_not_found")
+        await send_json(send, 200, found, response_headers(base, timeline))
 
     async def journey_list(self, scope: Scope, receive: Receive, send: Send, base: Headers,
                            timeline: Timeline) -> None:
         limit = _query_int(scope, "limit", default=20, low=1, high=1000)
-        journeys = [attribute(t).to_dict() for t in self.journeys.latest(limit, self.keys.viewer(scope))]
-        await send_json(send, 200, {"object": "list", "data": journeys}, response_headers(base, timeline))
+        tenant = self.keys.viewer(scope)
+        timed = self.views.latest(limit, tenant)
+        siblings = await self.peers.latest(limit, tenant) if self.peers is not None else {}
+        for theirs in siblings.values():
+            timed += [(at, journey) for at, journey in theirs]
+        timed.sort(key=lambda pair: pair[0], reverse=True)
+        await send_json(send, 200, {"object": "list", "data": [journey for _, journey in timed[:limit]]},
+                        response_headers(base + self._answered(siblings), timeline))
 
     async def routing(self, scope: Scope, receive: Receive, send: Send, base: Headers, timeline: Timeline) -> None:
-        """What the router knows of each target it has sent requests to (this worker's)."""
+        """What the router knows of each target it has sent requests to: under `--workers N`, each worker's
+        router, its entries marked with its `worker` slot."""
         self.keys.admin(scope, "/v1/routing")
-        await send_json(send, 200, {"object": "list", "data": [target_view(self.router, state, self.keep_warm)
-                                                                for state in self.router.states()]},
-                        response_headers(base, timeline))
+        views = self.views.routing()
+        siblings: dict[int, list[dict[str, Any]]] = {}
+        if self.peers is not None:
+            siblings = await self.peers.routing()
+            siblings[self.peers.cluster.slot] = views
+            views = [{**view, "worker": slot} for slot, theirs in sorted(siblings.items()) for view in theirs]
+            del siblings[self.peers.cluster.slot]
+        await send_json(send, 200, {"object": "list", "data": views},
+                        response_headers(base + self._answered(siblings), timeline))
 
     async def prometheus(self, scope: Scope, receive: Receive, send: Send, base: Headers,
                          timeline: Timeline) -> None:
         self.keys.admin(scope, "/metrics")  # every tenant's traffic: a scraper sends the admin key
-        self.sink.take_batch()  # what finished up to now, not up to the last batch
-        await send_bytes(send, 200, self.metrics.exposition(), response_headers(base, timeline),
+        exposition = self.views.exposition()
+        siblings: dict[int, str] = {}
+        if self.peers is not None:
+            siblings = await self.peers.expositions()
+            exposition = merge_expositions({**siblings, self.peers.cluster.slot: exposition.decode()})
+        await send_bytes(send, 200, exposition, response_headers(base + self._answered(siblings), timeline),
                          (b"content-type", METRICS_CONTENT_TYPE.encode()))
 
     async def healthz(self, scope: Scope, receive: Receive, send: Send, base: Headers, timeline: Timeline) -> None:

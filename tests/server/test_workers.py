@@ -1,0 +1,120 @@
+"""`serve --workers 2` behaves as one gateway: metrics, journeys and routing answer for every worker
+whichever takes the connection; the workers share one simulated region; warm connections and keep-warm
+pings are the one gateway's, not one set per worker."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import ADMIN, CLIENT_KEY, OTHER_CLIENT_KEY, gateway_settings
+from support.gateway_process import GatewayProcess
+from support.openai_upstream import UpstreamThread
+
+WORKERS = ["--workers", "2"]
+AS_APP = {"authorization": f"Bearer {CLIENT_KEY}"}
+
+
+@pytest.fixture
+def own_upstream():
+    with UpstreamThread() as server:
+        yield server
+
+
+def worker_of(request_id: str) -> str:
+    """The worker that served a request: request ids start with a per-process prefix."""
+    return request_id[len("req_"):len("req_") + 12]
+
+
+def ask(url: str, body: dict, headers: dict[str, str], number: int) -> httpx.Response:
+    """One request on a fresh connection: the kernel hands it to whichever worker accepts first."""
+    question = {"role": "user", "content": f"question {number}"}
+    return httpx.post(url, json={**body, "messages": [question]}, headers=headers, timeout=10)
+
+
+def workers_seen(answers: list[httpx.Response]) -> int:
+    return len({worker_of(a.headers["x-request-id"]) for a in answers})
+
+
+def ask_until_both_workers(url: str, body: dict, headers: dict[str, str], most: int = 80) -> list[httpx.Response]:
+    """At least six requests, and more until both workers have served some."""
+    answers: list[httpx.Response] = []
+    for number in range(most):
+        answers.append(ask(url, body, headers, number))
+        if workers_seen(answers) == 2 and len(answers) >= 6:
+            return answers
+    raise AssertionError(f"{most} connections all reached one worker")
+
+
+def requests_counted(exposition: str) -> float:
+    return sum(sample.value for family in text_string_to_metric_families(exposition)
+               if family.name == "gen_ai_client_operation_duration_seconds"
+               for sample in family.samples if sample.name.endswith("_count"))
+
+
+def test_metrics_journeys_and_routing_answer_for_every_worker(own_upstream, tmp_path) -> None:
+    with GatewayProcess(gateway_settings(own_upstream.url), tmp_path, args=WORKERS) as gateway:
+        answers = ask_until_both_workers(gateway.url + "/v1/chat/completions", {"model": "chat"}, AS_APP)
+        assert all(a.status_code == 200 for a in answers)
+        ids = [a.headers["x-request-id"] for a in answers]
+        for _ in range(4):  # each scrape on its own connection, so both workers answer some
+            scrape = httpx.get(gateway.url + "/metrics", headers=ADMIN)
+            assert scrape.headers["x-firsttoken-workers"] == "2/2"
+            assert requests_counted(scrape.text) == len(ids)
+            families = {f.name: f for f in text_string_to_metric_families(scrape.text)}
+            rss_workers = {s.labels["worker"] for s in families["process_resident_memory_bytes"].samples}
+            assert rss_workers == {"0", "1"}  # a gauge is each worker's own, labelled
+            listed = httpx.get(gateway.url + "/v1/journeys", params={"limit": 1000}, headers=ADMIN).json()["data"]
+            assert sorted(j["request_id"] for j in listed) == sorted(ids)
+        for request_id in ids:
+            assert httpx.get(f"{gateway.url}/v1/journeys/{request_id}", headers=AS_APP).status_code == 200
+            # another tenant finds it on no worker
+            other = httpx.get(f"{gateway.url}/v1/journeys/{request_id}",
+                              headers={"authorization": f"Bearer {OTHER_CLIENT_KEY}"})
+            assert other.status_code == 404
+        routing = httpx.get(gateway.url + "/v1/routing", headers=ADMIN).json()["data"]
+        assert {(r["target"], r["worker"]) for r in routing} >= {("fake/echo", 0), ("fake/echo", 1)}
+
+
+def test_warm_connections_are_split_among_the_workers(own_upstream, tmp_path) -> None:
+    with GatewayProcess(gateway_settings(own_upstream.url), tmp_path, args=WORKERS) as gateway:
+        deadline = time.monotonic() + 10
+        while len(own_upstream.stats.connections) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)  # a worker that warmed a set of its own would have opened it by now
+        assert len(own_upstream.stats.connections) == 2  # `pool.warm: 2`: one each, not two each
+        answers = ask_until_both_workers(gateway.url + "/v1/chat/completions", {"model": "chat"}, AS_APP)
+        # each worker's first request found its warm connection: no handshake paid
+        firsts = {}
+        for answer in answers:
+            firsts.setdefault(worker_of(answer.headers["x-request-id"]), answer)
+        assert all("connect;dur=0.00" in a.headers["server-timing"] for a in firsts.values())
+
+
+def test_keep_warm_pings_once_for_the_gateway_not_once_per_worker(own_upstream, tmp_path) -> None:
+    settings = gateway_settings(own_upstream.url)
+    settings["upstreams"]["fake"]["keep_warm"] = {"idle_s": 1.0, "max_per_hour": 1000}
+    with GatewayProcess(settings, tmp_path, args=WORKERS) as gateway:
+        ask_until_both_workers(gateway.url + "/v1/chat/completions", {"model": "chat"}, AS_APP)
+        before = own_upstream.stats.by_model["echo"]
+        time.sleep(3.4)  # idle: one gateway pings about every second, two uncoordinated workers twice as often
+        pings = own_upstream.stats.by_model["echo"] - before
+        assert 1 <= pings <= 4, pings
+
+
+def test_the_workers_share_one_simulated_region(tmp_path) -> None:
+    # the region allows 6 requests a minute: one region for both workers lets 6 through in all, where a
+    # region in each worker would let each worker's first 6 through
+    settings = {"sim": {"rpm": 6}, "cache": False, "journeys": {"log": None}}
+    with GatewayProcess(settings, tmp_path, args=WORKERS) as gateway:
+        models = httpx.get(gateway.url + "/v1/models").json()["data"]
+        assert any("shared by the gateway's 2 workers" in str(m) for m in models), models
+        body = {"model": "llama-3.1-8b", "max_tokens": 4}
+        answers = [ask(gateway.url + "/v1/chat/completions", body, {}, number) for number in range(14)]
+        assert workers_seen(answers) == 2
+        statuses = Counter(a.status_code for a in answers)
+        assert statuses[200] == 6, statuses
