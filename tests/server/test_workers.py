@@ -50,6 +50,15 @@ def ask_until_both_workers(url: str, body: dict, headers: dict[str, str], most: 
     raise AssertionError(f"{most} connections all reached one worker")
 
 
+def both_up(gateway: GatewayProcess, headers: dict[str, str]) -> GatewayProcess:
+    """The gateway once both workers answer (the readiness wait saw one of them)."""
+    deadline = time.monotonic() + 30
+    while httpx.get(gateway.url + "/metrics", headers=headers).headers.get("x-firsttoken-workers") != "2/2":
+        assert time.monotonic() < deadline, "the second worker never answered its sibling"
+        time.sleep(0.1)
+    return gateway
+
+
 def requests_counted(exposition: str) -> float:
     return sum(sample.value for family in text_string_to_metric_families(exposition)
                if family.name == "gen_ai_client_operation_duration_seconds"
@@ -58,6 +67,7 @@ def requests_counted(exposition: str) -> float:
 
 def test_metrics_journeys_and_routing_answer_for_every_worker(own_upstream, tmp_path) -> None:
     with GatewayProcess(gateway_settings(own_upstream.url), tmp_path, args=WORKERS) as gateway:
+        both_up(gateway, ADMIN)
         answers = ask_until_both_workers(gateway.url + "/v1/chat/completions", {"model": "chat"}, AS_APP)
         assert all(a.status_code == 200 for a in answers)
         ids = [a.headers["x-request-id"] for a in answers]
@@ -99,6 +109,7 @@ def test_keep_warm_pings_once_for_the_gateway_not_once_per_worker(own_upstream, 
     settings = gateway_settings(own_upstream.url)
     settings["upstreams"]["fake"]["keep_warm"] = {"idle_s": 1.0, "max_per_hour": 1000}
     with GatewayProcess(settings, tmp_path, args=WORKERS) as gateway:
+        both_up(gateway, ADMIN)
         ask_until_both_workers(gateway.url + "/v1/chat/completions", {"model": "chat"}, AS_APP)
         before = own_upstream.stats.by_model["echo"]
         time.sleep(3.4)  # idle: one gateway pings about every second, two uncoordinated workers twice as often
@@ -111,10 +122,24 @@ def test_the_workers_share_one_simulated_region(tmp_path) -> None:
     # region in each worker would let each worker's first 6 through
     settings = {"sim": {"rpm": 6}, "cache": False, "journeys": {"log": None}}
     with GatewayProcess(settings, tmp_path, args=WORKERS) as gateway:
+        both_up(gateway, {})
         models = httpx.get(gateway.url + "/v1/models").json()["data"]
         assert any("shared by the gateway's 2 workers" in str(m) for m in models), models
         body = {"model": "llama-3.1-8b", "max_tokens": 4}
         answers = [ask(gateway.url + "/v1/chat/completions", body, {}, number) for number in range(14)]
-        assert workers_seen(answers) == 2
         statuses = Counter(a.status_code for a in answers)
+        assert workers_seen(answers) == 2, statuses
         assert statuses[200] == 6, statuses
+
+
+def test_a_keys_limits_are_counted_once_across_the_workers(own_upstream, tmp_path) -> None:
+    settings = gateway_settings(own_upstream.url)
+    settings["keys"][0]["rpm"] = 5  # without Redis: the first worker keeps the buckets, the other asks it
+    with GatewayProcess(settings, tmp_path, args=WORKERS) as gateway:
+        both_up(gateway, ADMIN)
+        answers = [ask(gateway.url + "/v1/chat/completions", {"model": "chat"}, AS_APP, number) for number in range(12)]
+        statuses = Counter(a.status_code for a in answers)
+        assert workers_seen(answers) == 2, statuses
+        assert statuses == {200: 5, 429: 7}, statuses
+        refused = next(a for a in answers if a.status_code == 429)
+        assert refused.json()["error"]["code"] == "rate_limit_exceeded" and int(refused.headers["retry-after"]) >= 1

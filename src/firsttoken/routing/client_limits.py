@@ -3,7 +3,8 @@ OpenAI-format error when exceeded.
 
 Tokens are estimated when a request arrives (its messages' words, plus the answer's max_tokens) and
 corrected from the answer's usage. The buckets live in this process (routing/ratelimit.py), or in Redis
-when several gateways serve the same keys: there one Lua script refills and charges every bucket of a
+when several gateways serve the same keys, or in the first worker of `serve --workers N` when there is
+no Redis (the others ask it, server/peers.py). In Redis one Lua script refills and charges every bucket of a
 request atomically, on Redis's clock, so replicas cannot overspend a key between them. The limiter must
 not take the gateway down, nor slow it: every command goes through a RedisGuard (redis_guard.py), with a
 short timeout and a circuit breaker. A Redis that is stopped or frozen lets requests through, uncounted
@@ -14,12 +15,13 @@ probe finds it back, and the warnings are a line per interval, not one per reque
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from firsttoken.config import ClientKey
 from firsttoken.errors import GatewayError
@@ -70,6 +72,18 @@ return 0
 """
 
 
+class KeeperUnreachable(Exception):
+    """The process that keeps the buckets did not answer."""
+
+
+class BucketKeeper(Protocol):
+    """Buckets kept by another process of this gateway."""
+
+    async def take(self, key: str, tokens: int) -> Refusal | None: ...
+
+    async def settle(self, key: str, charged: int, used: int) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Charge:
     """What one admitted request was charged, to be corrected from its usage."""
@@ -80,7 +94,8 @@ class Charge:
 
 class ClientLimits:
     def __init__(self, keys: list[ClientKey], redis_url: str | None = None, prefix: str = "firsttoken:limits:",
-                 policy: GuardPolicy = DEFAULT_POLICY, fail_closed: bool = False) -> None:
+                 policy: GuardPolicy = DEFAULT_POLICY, fail_closed: bool = False,
+                 keeper: BucketKeeper | None = None) -> None:
         self._limits = {k.name: KeyLimits(k.rpm, k.tpm) for k in keys if k.rpm is not None or k.tpm is not None}
         self.fail_closed = fail_closed
         meanwhile = ("limited keys' requests are refused (503)" if fail_closed
@@ -91,6 +106,7 @@ class ClientLimits:
         self._take = self._redis.register_script(_TAKE) if self._redis else None
         self._settle = self._redis.register_script(_SETTLE) if self._redis else None
         self._prefix = prefix
+        self.keeper = keeper if self._redis is None else None
 
     def __bool__(self) -> bool:
         return bool(self._limits)
@@ -101,8 +117,12 @@ class ClientLimits:
         if limits is None:
             return None
         tokens = estimate_tokens(body)
-        refusal = (await self._take_shared(key, limits, tokens) if self._redis is not None
-                   else limits.take(key, tokens, time.monotonic()))
+        if self._redis is not None:
+            refusal = await self._take_shared(key, limits, tokens)
+        elif self.keeper is not None:
+            refusal = await self._take_kept(key, tokens)
+        else:
+            refusal = limits.take(key, tokens, time.monotonic())
         if refusal is not None:
             raise _too_many(key, refusal)
         return Charge(key, tokens)
@@ -112,7 +132,10 @@ class ClientLimits:
         if charge is None or used is None:
             return
         limits = self._limits[charge.key]
-        if self._redis is None:
+        if self.keeper is not None:
+            with contextlib.suppress(KeeperUnreachable):  # dropped: the bucket refills within a minute anyway
+                await self.keeper.settle(charge.key, charge.tokens, used)
+        elif self._redis is None:
             limits.settle(charge.key, charge.tokens, used, time.monotonic())
         elif limits.tpm is not None and used != charge.tokens:
             assert self.guard is not None and self._settle is not None
@@ -130,14 +153,30 @@ class ClientLimits:
         reply = await self.guard.call(partial(self._take, keys=[self._bucket(key, limit) for limit, _, _ in checks],
                                               args=args))
         if reply is None and self.fail_closed:
-            raise GatewayError(503, f"The client key {key!r} has limits, and they cannot be counted now: the "
-                                    f"gateway's Redis is unreachable, and it is set to refuse meanwhile "
-                                    f"(limits.redis_down: closed). Retry in a few seconds.",
-                               "api_error", code="limits_unavailable", headers={"Retry-After": "2"})
+            raise _uncounted(key, "the gateway's Redis is unreachable")
         if reply is None or reply[0] == b"0":  # charged; or Redis failed or is skipped: let through
             return None
         limit, allowed, _ = checks[int(reply[1]) - 1]
         return Refusal(limit, allowed, float(reply[0]))
+
+    async def _take_kept(self, key: str, tokens: int) -> Refusal | None:
+        assert self.keeper is not None
+        try:
+            return await self.keeper.take(key, tokens)
+        except KeeperUnreachable:
+            if self.fail_closed:
+                raise _uncounted(key, "the worker that keeps them is restarting") from None
+            return None
+
+    def take_here(self, key: str, tokens: int) -> Refusal | None:
+        """Charge this process's buckets for a sibling worker (the keeper's side of BucketKeeper)."""
+        limits = self._limits.get(key)
+        return limits.take(key, tokens, time.monotonic()) if limits is not None else None
+
+    def settle_here(self, key: str, charged: int, used: int) -> None:
+        limits = self._limits.get(key)
+        if limits is not None:
+            limits.settle(key, charged, used, time.monotonic())
 
     def _bucket(self, key: str, limit: str) -> str:
         return f"{self._prefix}{key}:{limit}"
@@ -161,6 +200,12 @@ def estimate_tokens(body: dict[str, Any]) -> int:
     text += sum(len(str(i)) for i in given) if isinstance(given, list) else len(str(given or ""))
     answer = body.get("max_completion_tokens") or body.get("max_tokens") or 0
     return max(1, math.ceil(text / 4) + (answer if isinstance(answer, int) and answer > 0 else 0))
+
+
+def _uncounted(key: str, why: str) -> GatewayError:
+    return GatewayError(503, f"The client key {key!r} has limits, and they cannot be counted now: {why}, and "
+                             f"the gateway is set to refuse meanwhile (limits.redis_down: closed). Retry in a few "
+                             f"seconds.", "api_error", code="limits_unavailable", headers={"Retry-After": "2"})
 
 
 def _too_many(key: str, refusal: Refusal) -> GatewayError:

@@ -61,7 +61,7 @@ from firsttoken.server.http import (
 )
 from firsttoken.server.memory_trim import MemoryTrimmer
 from firsttoken.server.ops import Ops
-from firsttoken.server.peers import ClusterPings, Peers, PeerServer
+from firsttoken.server.peers import ClusterPings, Peers, PeerServer, bucket_keeper
 from firsttoken.server.process_metrics import register_process_metrics
 from firsttoken.server.worker_views import WorkerViews
 from firsttoken.sim.embedded import EmbeddedRegion
@@ -118,7 +118,9 @@ class Gateway:
         register_process_metrics(self.metrics.registry)
         self.task_router = TaskRouter(settings.sizing) if settings.sizing is not None else None
         self.client_limits = ClientLimits(settings.keys, settings.limits.redis,
-                                          fail_closed=settings.limits.redis_down == "closed")
+                                          fail_closed=settings.limits.redis_down == "closed",
+                                          keeper=bucket_keeper(cluster, self.peers, settings)
+                                          if cluster and self.peers else None)
         keys = ClientKeys(settings.keys, settings.admin_key)
         admission = Admission(keys, self.client_limits, settings.limits, journeys, self.alarms)
         egress = Egress(upstreams, self.alarms, router)
@@ -134,7 +136,7 @@ class Gateway:
                           region_description,
                           settings.dashboard.enabled)
         views = WorkerViews(journeys, self.sink, self.metrics, router, self.keep_warm)
-        self.peer_server = PeerServer(cluster, views) if cluster is not None else None
+        self.peer_server = PeerServer(cluster, views, self.client_limits) if cluster is not None else None
         ops = Ops(keys, views, upstreams, self.peers)
         self.client_rtt = RttReader()
         self.cors = Cors(settings.cors.origins) if settings.cors is not None else None

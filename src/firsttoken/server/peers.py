@@ -11,6 +11,7 @@ the answer says how many workers it covers.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -18,6 +19,9 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from firsttoken.config import Settings
+from firsttoken.routing.client_limits import ClientLimits, KeeperUnreachable
+from firsttoken.routing.ratelimit import Refusal
 from firsttoken.server.cluster import Cluster
 from firsttoken.server.worker_views import TimedJourney, WorkerViews
 
@@ -33,9 +37,10 @@ def _tenant(request: web.Request) -> str | None:
 class PeerServer:
     """This worker's views, for its siblings."""
 
-    def __init__(self, cluster: Cluster, views: WorkerViews) -> None:
+    def __init__(self, cluster: Cluster, views: WorkerViews, limits: ClientLimits) -> None:
         self.cluster = cluster
         self.views = views
+        self.limits = limits
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
@@ -45,6 +50,8 @@ class PeerServer:
         app.router.add_get("/journeys/{request_id}", self._journey)
         app.router.add_get("/routing", self._routing)
         app.router.add_get("/idle", self._idle)
+        app.router.add_post("/limits/take", self._take)  # asked of the keeper only (bucket_keeper)
+        app.router.add_post("/limits/settle", self._settle)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         path = self.cluster.socket_path(self.cluster.slot)
@@ -71,6 +78,16 @@ class PeerServer:
 
     async def _idle(self, request: web.Request) -> web.Response:
         return web.json_response({"idle_s": self.views.idle_s(request.query["target"])})
+
+    async def _take(self, request: web.Request) -> web.Response:
+        asked = await request.json()
+        refusal = self.limits.take_here(asked["key"], asked["tokens"])
+        return web.json_response({"refusal": None if refusal is None else dataclasses.asdict(refusal)})
+
+    async def _settle(self, request: web.Request) -> web.Response:
+        asked = await request.json()
+        self.limits.settle_here(asked["key"], asked["charged"], asked["used"])
+        return web.json_response({})
 
 
 class Peers:
@@ -124,6 +141,15 @@ class Peers:
     async def routing(self) -> dict[int, list[dict[str, Any]]]:
         return await self.gather("/routing")
 
+    async def post(self, slot: int, path: str, body: dict[str, Any]) -> Any:
+        """A sibling's JSON answer; KeeperUnreachable when it gives none."""
+        try:
+            async with self._session(slot).post(f"http://worker{path}", json=body) as response:
+                response.raise_for_status()
+                return await response.json()
+        except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
+            raise KeeperUnreachable(f"worker {slot} did not answer {path}: {exc}") from exc
+
     async def idle_s(self, label: str) -> list[float]:
         """How long each sibling that has used the target has left it idle."""
         answers = await self.gather("/idle", {"target": label})
@@ -131,6 +157,32 @@ class Peers:
 
 
 _MISSING = object()
+KEEPER_SLOT = 0  # the worker that keeps the client keys' buckets, when no Redis does
+
+
+def bucket_keeper(cluster: Cluster, peers: Peers, settings: Settings) -> KeeperBuckets | None:
+    """Where this worker's client keys' buckets are kept: in the keeper worker, when keys have limits and
+    no Redis keeps them and this is not the keeper; None where they are kept here or in Redis."""
+    limited = any(key.rpm is not None or key.tpm is not None for key in settings.keys)
+    if not limited or settings.limits.redis or cluster.slot == KEEPER_SLOT:
+        return None
+    return KeeperBuckets(peers)
+
+
+class KeeperBuckets:
+    """The client keys' buckets as the keeper worker keeps them (routing/client_limits.py's BucketKeeper),
+    for the other workers: one request to it per limited request, about the cost of a Redis command."""
+
+    def __init__(self, peers: Peers) -> None:
+        self.peers = peers
+
+    async def take(self, key: str, tokens: int) -> Refusal | None:
+        answer = await self.peers.post(KEEPER_SLOT, "/limits/take", {"key": key, "tokens": tokens})
+        refusal = answer["refusal"]
+        return None if refusal is None else Refusal(**refusal)
+
+    async def settle(self, key: str, charged: int, used: int) -> None:
+        await self.peers.post(KEEPER_SLOT, "/limits/settle", {"key": key, "charged": charged, "used": used})
 
 
 def _params(**values: str | None) -> dict[str, str]:
