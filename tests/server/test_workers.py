@@ -4,8 +4,12 @@ pings are the one gateway's, not one set per worker."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import time
 from collections import Counter
+from pathlib import Path
 
 import httpx
 import pytest
@@ -143,3 +147,34 @@ def test_a_keys_limits_are_counted_once_across_the_workers(own_upstream, tmp_pat
         assert statuses == {200: 5, 429: 7}, statuses
         refused = next(a for a in answers if a.status_code == 429)
         assert refused.json()["error"]["code"] == "rate_limit_exceeded" and int(refused.headers["retry-after"]) >= 1
+
+
+def worker_pids(gateway: GatewayProcess) -> dict[int, int]:
+    """The gateway's workers by slot: the children holding a slot's lock open."""
+    assert gateway.process is not None
+    found: dict[int, int] = {}
+    children = Path(f"/proc/{gateway.process.pid}/task/{gateway.process.pid}/children").read_text().split()
+    for pid in map(int, children):
+        with contextlib.suppress(OSError):
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                name = os.readlink(fd).rsplit("/", 1)[-1]
+                if name.startswith("slot-") and name.endswith(".lock"):
+                    found[int(name[len("slot-"):-len(".lock")])] = pid
+    return found
+
+
+def test_a_killed_worker_is_replaced_and_takes_its_slot_back(own_upstream, tmp_path) -> None:
+    with GatewayProcess(gateway_settings(own_upstream.url), tmp_path, args=WORKERS) as gateway:
+        both_up(gateway, ADMIN)
+        for slot in (1, 0):  # a worker, then the one that keeps the keys' limits
+            before = worker_pids(gateway)
+            assert sorted(before) == [0, 1]
+            os.kill(before[slot], signal.SIGKILL)
+            deadline = time.monotonic() + 30
+            while (now := worker_pids(gateway)).get(slot) in (None, before[slot]):
+                assert time.monotonic() < deadline, f"slot {slot} was never taken again"
+                time.sleep(0.1)
+            assert now[1 - slot] == before[1 - slot]  # the other worker served on
+            both_up(gateway, ADMIN)
+            answers = ask_until_both_workers(gateway.url + "/v1/chat/completions", {"model": "chat"}, AS_APP)
+            assert all(a.status_code == 200 for a in answers)
