@@ -330,6 +330,8 @@ class Journeys(_Strict):
     max_rows: int = Field(1_000_000, ge=1000)
     max_age_days: float = Field(30.0, gt=0)
     recent: int = Field(10_000, ge=10, le=1_000_000, description="journeys kept in memory for GET /v1/journeys")
+    redis: str | None = Field(None, description="recent journeys also kept in Redis, so that every replica "
+                                                "answers /v1/journeys for all: redis://…")
     otlp: Otlp | None = Field(None, description="export a span per journey, a child per phase, to a collector")
 
 

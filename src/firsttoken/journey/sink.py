@@ -31,6 +31,7 @@ from firsttoken.journey.feed import JourneyFeed
 from firsttoken.journey.log import JourneyLog, row
 from firsttoken.journey.metrics import Metrics
 from firsttoken.journey.otlp import OtlpExporter
+from firsttoken.journey.shared import SharedJourneys
 from firsttoken.journey.timeline import Timeline
 
 log = logging.getLogger("firsttoken.journeys")
@@ -54,6 +55,7 @@ class JourneySink:
         self.exported = 0
         self._batch: list[Timeline] = []
         self.feed: JourneyFeed | None = None  # live watchers (the dashboard), when the gateway has any
+        self.shared: SharedJourneys | None = None  # the replicas' journeys in Redis, when configured
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="journey-log", daemon=True)
@@ -92,6 +94,8 @@ class JourneySink:
                 live.append((timeline, p, now_wall - (now - timeline.received)))
         if feed is not None and live:
             feed.publish(live)
+        if self.shared is not None and batch:
+            self.shared.publish(batch, now_wall, now)
 
     def _hand_off(self, queue: deque[Any], item: Any) -> None:
         if len(queue) >= self._capacity:

@@ -29,6 +29,7 @@ from firsttoken.journey.log import JourneyLog
 from firsttoken.journey.metrics import Metrics
 from firsttoken.journey.otlp import OtlpExporter
 from firsttoken.journey.recent import RecentJourneys
+from firsttoken.journey.shared import SharedJourneys
 from firsttoken.journey.sink import BATCH_S, JourneySink
 from firsttoken.journey.tcp_info import RttReader, client_transport
 from firsttoken.journey.timeline import Timeline
@@ -109,6 +110,8 @@ class Gateway:
                                   ClusterPings(cluster, self.peers) if cluster and self.peers else None)
         self.metrics = Metrics()
         self.sink = JourneySink(_journey_log(settings), self.metrics, _span_exporter(settings))
+        if settings.journeys.redis:
+            self.sink.shared = SharedJourneys(settings.journeys.redis, settings.journeys.recent)
         journeys = RecentJourneys(settings.journeys.recent)
         self.cache = EdgeCache(settings.cache) if settings.cache.enabled else None
         if self.cache is not None:
@@ -137,7 +140,7 @@ class Gateway:
                           settings.dashboard.enabled)
         views = WorkerViews(journeys, self.sink, self.metrics, router, self.keep_warm)
         self.peer_server = PeerServer(cluster, views, self.client_limits) if cluster is not None else None
-        ops = Ops(keys, views, upstreams, self.peers)
+        ops = Ops(keys, views, upstreams, self.peers, self.sink.shared)
         self.client_rtt = RttReader()
         self.cors = Cors(settings.cors.origins) if settings.cors is not None else None
         self.access_log = settings.listen.access_log
@@ -242,6 +245,8 @@ class Gateway:
                 if self.cache is not None:
                     await self.cache.close()  # and the last answers the cache
                 await self.client_limits.close()
+                if self.sink.shared is not None:
+                    await self.sink.shared.close()
                 if self.response_store is not None:
                     self.response_store.close()
                 await send({"type": "lifespan.shutdown.complete"})

@@ -9,6 +9,7 @@ from urllib.parse import parse_qs
 from firsttoken.errors import GatewayError
 from firsttoken.journey.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from firsttoken.journey.metrics_merge import merge_expositions
+from firsttoken.journey.shared import SharedJourneys
 from firsttoken.journey.timeline import Timeline
 from firsttoken.server.auth import ClientKeys
 from firsttoken.server.http import Headers, Receive, Scope, Send, response_headers, send_bytes, send_json
@@ -21,11 +22,13 @@ class Ops:
     """Under `--workers N` (peers given), every answer but liveness and readiness covers all the workers,
     whichever of them the connection reached; the header `x-firsttoken-workers` says how many answered."""
 
-    def __init__(self, keys: ClientKeys, views: WorkerViews, upstreams: Upstreams, peers: Peers | None = None) -> None:
+    def __init__(self, keys: ClientKeys, views: WorkerViews, upstreams: Upstreams, peers: Peers | None = None,
+                 shared: SharedJourneys | None = None) -> None:
         self.keys = keys
         self.views = views
         self.upstreams = upstreams
         self.peers = peers
+        self.shared = shared  # every replica's journeys, in Redis
 
     def _answered(self, siblings: dict[int, Any]) -> Headers:
         if self.peers is None:
@@ -36,6 +39,8 @@ class Ops:
         request_id = scope["path"].removeprefix("/v1/journeys/")
         tenant = self.keys.viewer(scope)
         found = self.views.journey(request_id, tenant)
+        if found is None and self.shared is not None:
+            found = await self.shared.get(request_id, tenant)
         if found is None and self.peers is not None:
             found = await self.peers.journey(request_id, tenant)
         if found is None:
@@ -48,6 +53,11 @@ class Ops:
                            timeline: Timeline) -> None:
         limit = _query_int(scope, "limit", default=20, low=1, high=1000)
         tenant = self.keys.viewer(scope)
+        shared = await self.shared.latest(limit, tenant) if self.shared is not None else None
+        if shared is not None:  # every replica's, and so every worker's
+            await send_json(send, 200, {"object": "list", "data": shared},
+                            response_headers(base, timeline))
+            return
         timed = self.views.latest(limit, tenant)
         siblings = await self.peers.latest(limit, tenant) if self.peers is not None else {}
         for theirs in siblings.values():
