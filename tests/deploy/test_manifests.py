@@ -199,7 +199,7 @@ def test_deploy_config_loads_as_compose_and_k8s_give_it(tmp_path: Path) -> None:
     for where, environ in environs.items():
         settings = config_module.load(CONFIG, environ=environ)
         assert settings.cache.backend == "redis", where
-        assert settings.cache.url == settings.limits.redis == environ["REDIS_URL"], where
+        assert settings.cache.url == settings.limits.redis == settings.journeys.redis == environ["REDIS_URL"], where
         assert settings.keys and settings.admin_key is not None, where
         assert settings.listen.port == PORT, where
         assert settings.journeys.log == "/var/lib/firsttoken/journeys.db", where
