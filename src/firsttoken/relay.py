@@ -32,7 +32,7 @@ from firsttoken.answers import is_token_bearing
 from firsttoken.errors import GatewayError
 from firsttoken.journey.timeline import Timeline
 from firsttoken.redact import Redactor
-from firsttoken.sse import DONE, EventSplitter, data_field, error_event, event_name, is_event
+from firsttoken.sse import DONE, EventSplitter, EventTooLarge, data_field, error_event, event_name, is_event
 from firsttoken.upstream.adapter import StreamTranslator
 
 log = logging.getLogger("firsttoken.relay")
@@ -53,6 +53,7 @@ _EMPTY_DELTA, _EMPTY_DELTA_SPACED = b'"delta":{}', b'"delta": {}'
 # A finish reason given (not null, not empty): the answer ended, rather than being cut short.
 _FINISHED = re.compile(rb'"finish_reason"\s*:\s*"[^"]')
 BROKEN = "upstream_stream_broken"  # the code of the error event that ends a stream which broke or was cut
+TOO_LARGE = "upstream_event_too_large"  # the code of one that sent an event past MAX_EVENT_BYTES
 
 @dataclass(slots=True)
 class RelayResult:
@@ -158,6 +159,9 @@ class Relay:
                 await self._fail(f"upstream {self.upstream} timed out waiting for {waited}", "upstream_timeout")
         except (aiohttp.ClientError, ConnectionError) as exc:
             await self._fail(f"upstream {self.upstream} broke the stream: {type(exc).__name__}", BROKEN)
+        except EventTooLarge as exc:
+            await self._fail(f"upstream {self.upstream} sent {exc}, which no client reads as an event; the stream "
+                             f"was cut there", TOO_LARGE)
         return self.result
 
     async def _feed(self, events: list[bytes]) -> bool:
@@ -287,7 +291,9 @@ class Relay:
         """The upstream closed without `[DONE]`: flush what it owed; unless that ended the stream (a
         translator's last events), it was cut, and the client hears so before its stream is closed."""
         rest = splitter.rest()
-        ended = bool(rest) and self._handle_all([rest])
+        # An event the upstream never terminated is taken only when it is whole ([DONE], or data that parses):
+        # SSE clients drop an unfinished one, and a cut one passed on would reach them as unparseable data.
+        ended = bool(rest) and _whole_event(rest) and self._handle_all([rest])
         if not ended and self.translator is not None:
             ended = any(self._handle(event[:-2]) for event in self.translator.finish())
         if not ended and self.result.error is None:
@@ -329,6 +335,12 @@ class Relay:
 def _is_done(event: bytes) -> bool:
     """The end, as the SDKs read it: data that begins [DONE] (an event this short: no chunk is)."""
     return len(event) <= _MAX_DONE and event.find(_DONE) >= 0 and (data_field(event) or b"").startswith(_DONE)
+
+
+def _whole_event(event: bytes) -> bool:
+    """Whether an event cut off by the stream's end is whole all the same: [DONE], or data that parses."""
+    payload = data_field(event)
+    return _is_done(event) or (payload is not None and _loads(payload) is not None)
 
 
 def _as_chat_event(event: bytes) -> bytes | None:

@@ -15,13 +15,26 @@ HEARTBEAT = b": keep-alive\n\n"
 CLOSING = b": server-timing"  # how the comment that ends every stream begins (Timeline.closing_comment)
 
 
+# The longest event an upstream may send. Chat chunks are small; the largest real events (a Responses
+# stream's `response.completed`, which repeats the whole output) are well under it. Past it the upstream
+# is not streaming events, and holding its bytes for a boundary that never comes would hold them all.
+MAX_EVENT_BYTES = 8 * 1024 * 1024
+
+
+class EventTooLarge(Exception):
+    """An event grew past MAX_EVENT_BYTES without ending."""
+
+
 class EventSplitter:
     """Cuts a byte stream into SSE events (each returned without its terminating blank line)."""
 
-    __slots__ = ("_buffer", "_after_cr")
+    __slots__ = ("_parts", "_size", "_after_cr")
 
     def __init__(self) -> None:
-        self._buffer = b""
+        # An unfinished event's reads, joined once it ends: joining at every read would copy a long event
+        # once per read.
+        self._parts: list[bytes] = []
+        self._size = 0
         self._after_cr = False  # the last read ended in CR: a LF starting the next one completes it
 
     def feed(self, data: bytes) -> list[bytes]:
@@ -33,16 +46,34 @@ class EventSplitter:
         if data.find(b"\r") >= 0:  # CRLF or CR line endings: rare, so normalise only when seen
             self._after_cr = data.endswith(b"\r")
             data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        buffer = self._buffer + data if self._buffer else data
-        if buffer.find(b"\n\n") < 0:
-            self._buffer = buffer
+        parts = self._parts
+        if parts:  # only the new bytes can hold the boundary (or its second half)
+            if data.find(b"\n\n") < 0 and not (data.startswith(b"\n") and parts[-1].endswith(b"\n")):
+                self._hold(data)
+                return []
+            data = b"".join(parts) + data
+            parts.clear()
+            self._size = 0
+        if data.find(b"\n\n") < 0:
+            self._hold(data)
             return []
-        *events, self._buffer = buffer.split(b"\n\n")
+        *events, rest = data.split(b"\n\n")
+        if rest:
+            self._hold(rest)
         return [e for e in events if e]
+
+    def _hold(self, data: bytes) -> None:
+        if data:
+            self._parts.append(data)
+            self._size += len(data)
+            if self._size > MAX_EVENT_BYTES:
+                raise EventTooLarge(f"an event of more than {MAX_EVENT_BYTES // (1024 * 1024)} MiB")
 
     def rest(self) -> bytes:
         """Whatever followed the last complete event (an event the upstream never terminated)."""
-        rest, self._buffer = self._buffer, b""
+        rest = b"".join(self._parts)
+        self._parts.clear()
+        self._size = 0
         return rest.strip(b"\n")
 
 

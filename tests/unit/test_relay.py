@@ -11,7 +11,7 @@ import pytest
 from firsttoken.alarms import Alarms
 from firsttoken.journey.timeline import Timeline
 from firsttoken.redact import Redactor
-from firsttoken.relay import BROKEN, Relay, Source
+from firsttoken.relay import BROKEN, TOO_LARGE, Relay, Source
 from firsttoken.sse import EventSplitter
 
 
@@ -184,3 +184,21 @@ async def test_bytes_that_are_not_events_end_the_stream_before_any_token() -> No
     written, r = await relay([b"\x1f\x8b\x08\x00binary\n\n", chunk({"content": "a"})], strip_usage=True)
     sent = b"".join(written)
     assert b"\x1f\x8b" not in sent and [e["code"] for e in error_events(written)] == [BROKEN]
+
+
+async def test_an_event_cut_off_by_the_streams_end_is_dropped_unless_whole() -> None:
+    """SSE clients drop an unterminated event; a cut one passed on would reach the SDK as unparseable data."""
+    whole = chunk({"content": " and the rest"})
+    cut = whole[: whole.index(b"rest") + 4]
+    written, r = await relay([chunk({"content": "Hel"}), cut], strip_usage=True)
+    assert b"and the rest" not in b"".join(written) and r.result.code == BROKEN
+    written, r = await relay([chunk({"content": "Hel"}), FINISH + b"data: [DONE]"], strip_usage=True)
+    assert r.result.clean  # a whole last event without its blank line is still the end
+
+
+async def test_an_event_past_the_bound_ends_the_stream_with_an_error() -> None:
+    piece = b"x" * (1024 * 1024)
+    reads = [chunk({"content": "Hel"}), b'data: {"choices": [{"delta": {"content": "', *[piece] * 9]
+    written, r = await relay(reads, strip_usage=True)
+    assert r.result.code == TOO_LARGE and not r.result.clean
+    assert b"".join(written).endswith(b"data: [DONE]\n\n")

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from firsttoken.sse import EventSplitter, data_field
+from firsttoken.sse import MAX_EVENT_BYTES, EventSplitter, EventTooLarge, data_field
 
 lines = st.text(alphabet=st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)), max_size=30)
 events = st.lists(st.lists(lines.map(lambda t: "data: " + t) | lines.map(lambda t: ": " + t), min_size=1, max_size=3)
@@ -38,3 +39,15 @@ def test_data_field() -> None:
     assert data_field(b": keep-alive") is None
     assert data_field(b"event: message_start\ndata: {}") == b"{}"
     assert data_field(b"data: a\ndata: b") == b"a\nb"
+
+
+def test_a_long_event_in_many_reads_comes_out_whole_and_one_past_the_bound_is_refused() -> None:
+    splitter = EventSplitter()
+    piece = b"x" * 65536
+    reads = [b"data: " + piece, *[piece] * 15, b"\n", b"\ndata: next"]
+    out = [event for read in reads for event in splitter.feed(read)]
+    assert out == [b"data: " + piece * 16] and splitter.rest() == b"data: next"
+    endless = EventSplitter()
+    with pytest.raises(EventTooLarge):
+        for _ in range(MAX_EVENT_BYTES // len(piece) + 2):
+            endless.feed(piece)
