@@ -32,7 +32,16 @@ from firsttoken.answers import is_token_bearing
 from firsttoken.errors import GatewayError
 from firsttoken.journey.timeline import Timeline
 from firsttoken.redact import Redactor
-from firsttoken.sse import DONE, EventSplitter, EventTooLarge, data_field, error_event, event_name, is_event
+from firsttoken.sse import (
+    BROKEN,
+    DONE,
+    EventSplitter,
+    EventTooLarge,
+    data_field,
+    error_event,
+    event_name,
+    is_event,
+)
 from firsttoken.upstream.adapter import StreamTranslator
 
 log = logging.getLogger("firsttoken.relay")
@@ -50,9 +59,9 @@ _MAX_DONE = 128  # the longest [DONE] event taken as one (an id: line, a trailin
 # A chunk with an empty delta (the finish chunk) carries no token, so it is not counted as one: the last
 # token's time is the decode's end.
 _EMPTY_DELTA, _EMPTY_DELTA_SPACED = b'"delta":{}', b'"delta": {}'
+_TRANSLATOR_FAILED = b'data: {"error":'  # how a translator's failure begins (its _fail: an error chunk, [DONE])
 # A finish reason given (not null, not empty): the answer ended, rather than being cut short.
 _FINISHED = re.compile(rb'"finish_reason"\s*:\s*"[^"]')
-BROKEN = "upstream_stream_broken"  # the code of the error event that ends a stream which broke or was cut
 TOO_LARGE = "upstream_event_too_large"  # the code of one that sent an event past MAX_EVENT_BYTES
 
 @dataclass(slots=True)
@@ -125,6 +134,7 @@ class Relay:
         self._out: list[bytes] = []  # events of the current read, written together at its end
         self._read_at = 0.0  # when the current read arrived: the time of the tokens it carries
         self._stamped = 0  # token events already timed
+        self._voice = False  # a native stream's translated events are written: a failure with no event of its own
 
     async def run(self) -> RelayResult:
         splitter = EventSplitter()
@@ -199,12 +209,24 @@ class Relay:
                 if self._handle(event):
                     return True
                 continue
-            if self.native and event_name(event) is not None:  # ahead of what reading it may add (the end)
-                self._out.append(event)
-            for translated in self.translator.feed(event):
-                if self._handle(translated[:-2]):  # translators end each event with its blank line
-                    return True
+            if self._translate(event, self.translator.feed(event)):
+                return True
         return False
+
+    def _translate(self, event: bytes | None, translated: list[bytes]) -> bool:
+        """Handle what the translator made of one upstream event (None: of the stream's end). True when it
+        ended the stream. A native stream's own events go out as they came, ahead of what reading them may
+        add (the end); but one the translator could not read goes nowhere, and the failure it reports in its
+        place is the client's to hear (the writer puts it in the client's format)."""
+        failed = bool(translated) and translated[0].startswith(_TRANSLATOR_FAILED)
+        unread = failed and (event is None or not _whole_event(event))
+        if self.native and event is not None and not unread and event_name(event) is not None:
+            self._out.append(event)
+        self._voice = unread
+        try:
+            return any(self._handle(piece[:-2]) for piece in translated)  # each ends with its blank line
+        finally:
+            self._voice = False
 
     async def _flush(self) -> None:
         out = self._out
@@ -248,7 +270,7 @@ class Relay:
                     return False
         if timeline.first_token and find(_EMPTY_DELTA) < 0 and find(_EMPTY_DELTA_SPACED) < 0:
             timeline.token_events += 1
-        if not self.native:  # a native stream's own event went out in its place
+        if not self.native or self._voice:  # a native stream's own event went out in its place
             self._out.append(event)
         return False
 
@@ -295,7 +317,7 @@ class Relay:
         # SSE clients drop an unfinished one, and a cut one passed on would reach them as unparseable data.
         ended = bool(rest) and _whole_event(rest) and self._handle_all([rest])
         if not ended and self.translator is not None:
-            ended = any(self._handle(event[:-2]) for event in self.translator.finish())
+            ended = self._translate(None, self.translator.finish())
         if not ended and self.result.error is None:
             self._broken(f"upstream {self.upstream} closed the stream before it ended ([DONE] never came); the "
                          f"answer may be cut short", BROKEN)

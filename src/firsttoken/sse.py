@@ -13,6 +13,7 @@ import orjson
 DONE = b"data: [DONE]\n\n"
 HEARTBEAT = b": keep-alive\n\n"
 CLOSING = b": server-timing"  # how the comment that ends every stream begins (Timeline.closing_comment)
+BROKEN = "upstream_stream_broken"  # the code of the error that ends a stream which broke or was cut
 
 
 # The longest event an upstream may send. Chat chunks are small; the largest real events (a Responses

@@ -36,7 +36,7 @@ from aiohttp import web
 from support.loopback import serve_on_loopback
 
 STALL_S = 5.0  # far past the gateway's bounds: the gateway gives up first
-DRIP_S = 0.25  # under the gateway's bounds in the matrix (0.4 s), by more than the alarms' 50 ms tick
+DRIP_S = 0.2  # under the gateway's bounds in the matrix (0.35 s), by three of the alarms' 50 ms ticks
 OVERSIZE = 9 * 1024 * 1024  # one event past the gateway's bound (firsttoken.sse.MAX_EVENT_BYTES)
 TEXT = "a whole answer"
 
@@ -53,12 +53,46 @@ def chunk(model: str, delta: dict[str, Any], finish: str | None = None) -> bytes
     return b"data: " + json.dumps(payload).encode() + b"\n\n"
 
 
-def answer_events(model: str) -> list[bytes]:
-    """A healthy stream of TEXT, a word an event."""
-    words = TEXT.split(" ")
+def answer_events(model: str, anthropic: bool = False) -> list[bytes]:
+    """A healthy stream of TEXT, a word an event (the first two: the start and the first token)."""
+    words = [(" " if i else "") + word for i, word in enumerate(TEXT.split(" "))]
+    if anthropic:
+        return [named("message_start", {"message": {**message(model, ""), "content": []}})
+                + named("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}),
+                *(named("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": word}})
+                  for word in words),
+                named("content_block_stop", {"index": 0}),
+                named("message_delta", {"delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                                        "usage": {"output_tokens": 3}}),
+                named("message_stop", {})]
     return [chunk(model, {"role": "assistant", "content": ""}),
-            *(chunk(model, {"content": (" " if i else "") + word}) for i, word in enumerate(words)),
+            *(chunk(model, {"content": word}) for word in words),
             chunk(model, {}, "stop"), b"data: [DONE]\n\n"]
+
+
+def message(model: str, text: str = TEXT) -> dict[str, Any]:
+    """A whole answer in Anthropic's Messages format."""
+    return {"id": "msg_fault", "type": "message", "role": "assistant", "model": model,
+            "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": None,
+            "usage": {"input_tokens": 5, "output_tokens": 3}}
+
+
+def named(name: str, data: dict[str, Any]) -> bytes:
+    return b"event: " + name.encode() + b"\ndata: " + json.dumps({"type": name, **data}).encode() + b"\n\n"
+
+
+def speaks_anthropic(request: web.Request) -> bool:
+    return request.path.endswith("/messages")
+
+
+def whole_answer(request: web.Request, model: str, text: str = TEXT) -> dict[str, Any]:
+    return message(model, text) if speaks_anthropic(request) else completion(model, text)
+
+
+def error_body(request: web.Request, kind: str, text: str) -> dict[str, Any]:
+    if speaks_anthropic(request):
+        return {"type": "error", "error": {"type": kind, "message": text}}
+    return {"error": {"message": text, "type": kind, "param": None, "code": kind}}
 
 
 def reset(request: web.Request) -> None:
@@ -81,10 +115,10 @@ async def first_half(request: web.Request, model: str, stream: bool) -> web.Stre
     """The headers and the first token (a stream), or the first half of a whole answer's body."""
     if stream:
         response = await stream_start(request)
-        await response.write(b"".join(answer_events(model)[:2]))
+        await response.write(b"".join(answer_events(model, speaks_anthropic(request))[:2]))
         return response
     response = await stream_start(request, "application/json")
-    whole = json.dumps(completion(model)).encode()
+    whole = json.dumps(whole_answer(request, model)).encode()
     await response.write(whole[: len(whole) // 2])
     return response
 
@@ -95,19 +129,17 @@ async def reset_before_headers(request: web.Request, model: str, stream: bool) -
 
 
 async def status_5xx(request: web.Request, model: str, stream: bool) -> web.StreamResponse:
-    return web.json_response({"error": {"message": "the model is overloaded", "type": "server_error",
-                                        "param": None, "code": "overloaded"}}, status=503)
+    return web.json_response(error_body(request, "overloaded", "the model is overloaded"), status=503)
 
 
 async def status_429(request: web.Request, model: str, stream: bool) -> web.StreamResponse:
-    return web.json_response({"error": {"message": "Rate limit reached", "type": "rate_limit_error",
-                                        "param": None, "code": "rate_limit_exceeded"}},
-                             status=429, headers={"Retry-After": "30"})
+    return web.json_response(error_body(request, "rate_limit_exceeded", "Rate limit reached"), status=429,
+                             headers={"Retry-After": "30"})
 
 
 async def stall_first_byte(request: web.Request, model: str, stream: bool) -> web.StreamResponse:
     await asyncio.sleep(STALL_S)
-    return web.json_response(completion(model))
+    return web.json_response(whole_answer(request, model))
 
 
 async def stall_mid_stream(request: web.Request, model: str, stream: bool) -> web.StreamResponse:
@@ -129,18 +161,22 @@ async def not_sse(request: web.Request, model: str, stream: bool) -> web.StreamR
 
 async def garbage_events(request: web.Request, model: str, stream: bool) -> web.StreamResponse:
     response = await stream_start(request)
-    await response.write(b"data: {not json at all\n\ndata: <<<>>>\n\ndata: [DONE]\n\n")
+    if speaks_anthropic(request):
+        await response.write(b"event: message_start\ndata: {not json at all\n\nevent: message_stop\ndata: <<<>>>\n\n")
+    else:
+        await response.write(b"data: {not json at all\n\ndata: <<<>>>\n\ndata: [DONE]\n\n")
     await response.write_eof()
     return response
 
 
 async def truncated_json(request: web.Request, model: str, stream: bool) -> web.StreamResponse:
+    anthropic = speaks_anthropic(request)
     if not stream:
-        whole = json.dumps(completion(model))
+        whole = json.dumps(whole_answer(request, model))
         return web.Response(text=whole[: len(whole) // 2], content_type="application/json")
     response = await stream_start(request)
-    cut = chunk(model, {"content": " and the rest"})
-    await response.write(b"".join(answer_events(model)[:2]) + cut[: len(cut) // 2])
+    cut = answer_events(model, anthropic)[2]
+    await response.write(b"".join(answer_events(model, anthropic)[:2]) + cut[: len(cut) // 2])
     await response.write_eof()
     return response
 
@@ -148,10 +184,10 @@ async def truncated_json(request: web.Request, model: str, stream: bool) -> web.
 async def oversize_event(request: web.Request, model: str, stream: bool) -> web.StreamResponse:
     big = "x" * OVERSIZE
     if not stream:
-        return web.json_response(completion(model, f"{TEXT} {big}"))
-    events = answer_events(model)
+        return web.json_response(whole_answer(request, model, f"{TEXT} {big}"))
+    events = answer_events(model, speaks_anthropic(request))
     response = await stream_start(request)
-    await response.write(b"".join(events[:2]) + chunk(model, {"content": big}) + b"".join(events[2:]))
+    await response.write(b"".join(events[:2]) + events[2].replace(b"whole", big.encode()) + b"".join(events[3:]))
     await response.write_eof()
     return response
 
@@ -159,10 +195,10 @@ async def oversize_event(request: web.Request, model: str, stream: bool) -> web.
 async def drip(request: web.Request, model: str, stream: bool) -> web.StreamResponse:
     """Two pieces: the first DRIP_S after the request (the first-byte bound), the second DRIP_S later (idle)."""
     if stream:
-        events = answer_events(model)
+        events = answer_events(model, speaks_anthropic(request))
         pieces = [b"".join(events[:2]), b"".join(events[2:])]
     else:
-        whole = json.dumps(completion(model)).encode()
+        whole = json.dumps(whole_answer(request, model)).encode()
         pieces = [whole[: len(whole) // 2], whole[len(whole) // 2:]]
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream" if stream else "application/json"})
     for i, piece in enumerate(pieces):
@@ -176,9 +212,9 @@ async def drip(request: web.Request, model: str, stream: bool) -> web.StreamResp
 
 async def healthy(request: web.Request, model: str, stream: bool) -> web.StreamResponse:
     if not stream:
-        return web.json_response(completion(model))
+        return web.json_response(whole_answer(request, model))
     response = await stream_start(request)
-    await response.write(b"".join(answer_events(model)))
+    await response.write(b"".join(answer_events(model, speaks_anthropic(request))))
     await response.write_eof()
     return response
 
@@ -228,7 +264,9 @@ class FaultUpstream:
 
         app = web.Application()
         app.router.add_post("/v1/chat/completions", chat)
+        app.router.add_post("/anthropic/v1/messages", chat)  # the same faults, spoken as Anthropic's API
         app.router.add_get("/v1/models", models)
+        app.router.add_get("/anthropic/v1/models", models)
         return app
 
     @asynccontextmanager

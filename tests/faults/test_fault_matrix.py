@@ -29,9 +29,11 @@ from firsttoken.formats.messages_answer import ERROR_TYPES
 from support.gateway_process import GatewayProcess
 from support.threaded import InThread
 
-BOUND_S = 0.4  # first_byte and idle: what a stalled upstream may cost a client
+BOUND_S = 0.35  # first_byte and idle: what a stalled upstream may cost a client
 SLACK_S = 0.8  # the alarms' 50 ms tick, a loaded 2-core machine, four requests
 ROUTES = {"chat": "/v1/chat/completions", "messages": "/v1/messages", "responses": "/v1/responses"}
+# Messages to an upstream that speaks Anthropic's API itself: its events pass through (Source.native).
+NATIVE = "native"
 SHAPES = ("whole", "stream")
 UNREACHABLE = ("tls-untrusted", "dns-unresolved")  # faults of the way to the upstream, not of the upstream
 MATRIX_FAULTS = [f for f in FAULTS if f != "healthy"] + list(UNREACHABLE)
@@ -80,14 +82,23 @@ def _expect(fault: str, shape: str) -> Expect:
 
 
 CELLS = [(fault, shape, route) for fault in MATRIX_FAULTS for shape in SHAPES for route in ROUTES]
+# The faults whose handling depends on what the upstream speaks: its error bodies, its events, its answers.
+SPOKEN = ["status-5xx", "status-429", "stall-mid-stream", "reset-mid-stream", "not-sse", "garbage-events",
+          "truncated-json", "oversize-event"]
+CELLS += [(fault, shape, NATIVE) for fault in SPOKEN for shape in SHAPES]
 
 
 def cell_name(fault: str, shape: str, route: str) -> str:
     return f"{fault}.{shape}.{route}"
 
 
-def upstream_of(fault: str) -> str:
-    return {"tls-untrusted": "tls", "dns-unresolved": "dns"}.get(fault, "fault")
+def upstream_of(fault: str, route: str) -> str:
+    return {"tls-untrusted": "tls", "dns-unresolved": "dns"}.get(fault, "claude" if route == NATIVE else "fault")
+
+
+def client_route(route: str) -> str:
+    """The route a cell's client asks: a native cell's is Messages."""
+    return "messages" if route == NATIVE else route
 
 
 @pytest.fixture(scope="module")
@@ -108,11 +119,14 @@ def gateway(servers, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gatew
         "fault": {"url": fault.url, "pool": {"warm": 0}, "timeouts": bounds},
         "tls": {"url": f"https://localhost:{untrusted.port}/v1", "pool": {"warm": 0}, "timeouts": bounds},
         "dns": {"url": "http://no-such-upstream.invalid/v1", "pool": {"warm": 0}, "timeouts": bounds},
+        "claude": {"url": fault.url.replace("/v1", "/anthropic/v1"), "api": "anthropic", "pool": {"warm": 0},
+                   "timeouts": bounds},
     }
-    models = {cell_name(*cell): [f"{upstream_of(cell[0])}/{cell_name(*cell)}"] for cell in CELLS}
+    models = {cell_name(*cell): [f"{upstream_of(cell[0], cell[2])}/{cell_name(*cell)}"] for cell in CELLS}
     # After a 429, the same target behind an alias with a healthy second: its cool-down sends requests there.
-    probes = {f"probe.{shape}.{route}": [f"fault/{cell_name('status-429', shape, route)}", "fault/healthy.probe"]
-              for shape in SHAPES for route in ROUTES}
+    probes = {f"probe.{shape}.{route}": [f"{upstream_of('status-429', route)}/{cell_name('status-429', shape, route)}",
+                                          "fault/healthy.probe"]
+              for shape in SHAPES for route in [*ROUTES, NATIVE]}
     settings = {
         "upstreams": upstreams, "models": {**models, **probes},
         "routing": {"hedge": {"enabled": False}, "breaker": {"failures": 2, "open_s": 60},
@@ -121,6 +135,22 @@ def gateway(servers, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gatew
         "journeys": {"log": None}, "responses": {"store": None},
     }
     with GatewayProcess(settings, Path(tmp_path_factory.mktemp("faults"))) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def beating(servers, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    """A gateway whose heartbeats start a stream before its first byte is due, as the defaults do (5 s
+    against 600 s): a stall then ends a stream already under way."""
+    fault = servers[0]
+    bounds = {"first_byte": BOUND_S, "idle": BOUND_S}
+    settings = {"upstreams": {"fault": {"url": fault.url, "pool": {"warm": 0}, "timeouts": bounds}},
+                "models": {f"stall-first-byte.heartbeat.{route}": [f"fault/stall-first-byte.heartbeat.{route}"]
+                           for route in ROUTES},
+                "streaming": {"heartbeat_s": 0.1}, "routing": {"hedge": {"enabled": False}},
+                "cache": {"backend": "memory", "semantic": False},
+                "journeys": {"log": None}, "responses": {"store": None}}
+    with GatewayProcess(settings, Path(tmp_path_factory.mktemp("beating"))) as running:
         yield running
 
 
@@ -307,7 +337,8 @@ def reached(servers, fault: str, cell: str, question: str) -> int:
 @pytest.mark.parametrize(("fault", "shape", "route"), CELLS, ids=[cell_name(*cell) for cell in CELLS])
 def test_fault_matrix(gateway, servers, fault: str, shape: str, route: str) -> None:
     cell, stream, expect = cell_name(fault, shape, route), shape == "stream", _expect(fault, shape)
-    target = f"{upstream_of(fault)}/{cell}"
+    target = f"{upstream_of(fault, route)}/{cell}"
+    cell_route, route = route, client_route(route)
     number = next(QUESTION)
     question, twin = f"question {number} for {cell}", f"question {number} twice for {cell}"
 
@@ -354,5 +385,20 @@ def test_fault_matrix(gateway, servers, fault: str, shape: str, route: str) -> N
         assert ok == 0 and failed == 4
 
     if expect.status == 429:  # cooling: the alias that lists it first sends its next request elsewhere
-        probe = ask(gateway, route, f"probe.{shape}.{route}", stream, f"{question} (probe)")
+        probe = ask(gateway, route, f"probe.{shape}.{cell_route}", stream, f"{question} (probe)")
         assert probe.status == 200 and probe.headers["x-firsttoken-route"].startswith("fault/healthy.probe")
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_a_stream_its_heartbeats_started_ends_a_stall_with_the_routes_error_event(beating, servers, route) -> None:
+    cell, expect = f"stall-first-byte.heartbeat.{route}", Expect(200, "upstream_timeout", True, BOUND_S)
+    question = f"a question for {cell}"
+    for attempt in range(2):  # and again: the failure was not kept
+        answer = ask(beating, route, cell, True, question)
+        check_answer(route, expect, answer)
+        assert answer.body.startswith(b": keep-alive\n\n")  # the heartbeat went first
+        assert answer.headers["x-firsttoken-cache"] == "miss"
+        assert servers[0].asked(cell, question) == attempt + 1
+        seen = journey(beating, answer.request_id)
+        assert seen["status"] == 200 and seen["error"]["code"] == "upstream_timeout"
+    assert operations(beating, cell) == (0, 2)

@@ -16,7 +16,7 @@ import orjson
 
 from firsttoken.config import Upstream
 from firsttoken.errors import bad_gateway, bad_request
-from firsttoken.sse import DONE, data_event, data_field
+from firsttoken.sse import BROKEN, DONE, data_event, data_field
 from firsttoken.upstream.adapter import Adapter, UpstreamRequest
 
 Json = dict[str, Any]
@@ -415,14 +415,14 @@ class AnthropicStream:
         except orjson.JSONDecodeError:
             payload = None
         if not isinstance(payload, dict):
-            return self._fail(f"upstream {self.upstream} sent a stream event that is not a JSON object")
+            return self._fail(f"upstream {self.upstream} sent a stream event that is not a JSON object", code=BROKEN)
         handler = getattr(self, f"_on_{payload.get('type')}", None)
         return handler(payload) if handler else []  # ping, content_block_stop and newer events carry nothing
 
     def finish(self) -> list[bytes]:
         if self.done:
             return []
-        return self._fail(f"upstream {self.upstream} ended the stream early (before message_stop)")
+        return self._fail(f"upstream {self.upstream} ended the stream early (before message_stop)", code=BROKEN)
 
     def _chunk(self, delta: Json, finish: str | None = None) -> bytes:
         return self._envelope(choices=[{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}])
@@ -431,9 +431,10 @@ class AnthropicStream:
         return data_event({"id": self.id, "object": "chat.completion.chunk", "created": self.created,
                            "model": self.model, **fields})
 
-    def _fail(self, message: str, kind: str = "upstream_error") -> list[bytes]:
+    def _fail(self, message: str, kind: str = "upstream_error", code: str | None = None) -> list[bytes]:
+        """The stream's failure as an error chunk: the upstream's own (no code), or a stream that broke (BROKEN)."""
         self.done = True
-        return [data_event({"error": {"message": message, "type": kind, "param": None, "code": None}}), DONE]
+        return [data_event({"error": {"message": message, "type": kind, "param": None, "code": code}}), DONE]
 
     def _count(self, raw: Any) -> None:
         if isinstance(raw, dict):  # message_delta repeats counts cumulatively; nulls mean "not reported"

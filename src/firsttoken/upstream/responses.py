@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from firsttoken.sse import DONE, data_event, data_field
+from firsttoken.sse import BROKEN, DONE, data_event, data_field
 
 Json = dict[str, Any]
 
@@ -86,7 +86,7 @@ class ResponsesStream:
         except orjson.JSONDecodeError:
             data = None
         if not isinstance(data, dict):
-            return self._fail(f"upstream {self.upstream} sent a stream event that is not a JSON object")
+            return self._fail(f"upstream {self.upstream} sent a stream event that is not a JSON object", BROKEN)
         kind = str(data.get("type") or "")
         if kind == "response.created":
             response = data.get("response") or {}
@@ -116,7 +116,7 @@ class ResponsesStream:
     def finish(self) -> list[bytes]:
         if self.done:
             return []
-        return self._fail(f"upstream {self.upstream} ended the stream early (before response.completed)")
+        return self._fail(f"upstream {self.upstream} ended the stream early (before response.completed)", BROKEN)
 
     def _chunk(self, delta: Json, finish: str | None = None) -> bytes:
         return data_event({"id": self.id, "object": "chat.completion.chunk", "created": self.created,
@@ -132,7 +132,8 @@ class ResponsesStream:
                                    "model": self.model, "choices": [], "usage": counts}))
         return [*out, DONE]
 
-    def _fail(self, message: str) -> list[bytes]:
+    def _fail(self, message: str, code: str | None = None) -> list[bytes]:
+        """The stream's failure as an error chunk: the upstream's own (no code), or a stream that broke (BROKEN)."""
         self.done = True
-        return [data_event({"error": {"message": message, "type": "upstream_error", "param": None, "code": None}}),
+        return [data_event({"error": {"message": message, "type": "upstream_error", "param": None, "code": code}}),
                 DONE]
