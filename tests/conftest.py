@@ -9,12 +9,20 @@ import pytest
 
 from support.gateway_process import GatewayProcess, free_port
 from support.openai_upstream import UPSTREAM_KEY, UpstreamThread
+from support.quiet import machine_share
 from support.redis_server import RedisServer
 
 CLIENT_KEY = "client-key-for-tests-123456"
 OTHER_CLIENT_KEY = "second-client-key-654321"
 ADMIN_KEY = "operator-admin-key-for-tests-0987"  # /metrics, /v1/routing and every tenant's journeys
 ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}
+
+
+@pytest.fixture(autouse=True)
+def _machine_share(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test marked `quiet` runs with no test of the other process beside it (support.quiet)."""
+    with machine_share(quiet=request.node.get_closest_marker("quiet") is not None):
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -26,6 +26,8 @@ except ModuleNotFoundError:  # a checkout whose package is not installed in the 
 
 from firsttoken.lab.delayline import DelayLine, DelayLineError
 
+pytestmark = pytest.mark.quiet  # measures the forwarder to the millisecond: not beside a loaded gateway
+
 SAMPLES = 20
 ATTEMPTS = 3
 # The delay is a floor, and the forwarder may add a little of its own, but no more than this.
