@@ -3,6 +3,9 @@ scope above the threshold is served only when the guards agree; scopes never mee
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -108,3 +111,16 @@ def test_prompts_come_and_go_for_as_long_as_the_gateway_runs() -> None:
         if n % 2:
             made.remove(f"ref {n}")
     assert len(made) <= 8 and "ref 498" in made and "ref 499" not in made
+
+
+def test_the_embedder_loads_after_the_index() -> None:
+    """The index first, the embedding model after (as a test process may): no crash. Importing onnxruntime
+    after usearch's compiled module kills the process with a segmentation fault."""
+    program = ("from firsttoken.cache.semantic import SemanticIndex\n"
+               "class Flat:\n    dimensions = 4\n"
+               "SemanticIndex(Flat())\n"
+               "from firsttoken.cache.embed import load_embedder\n"
+               "print(load_embedder().dimensions)")
+    ran = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert ran.stdout.strip() == "384"

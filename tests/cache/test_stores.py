@@ -150,11 +150,17 @@ async def test_prompts_are_kept_beside_their_answers_and_go_with_them(kind, tmp_
     await store.close()
 
 
-async def test_a_redis_store_follows_prompts_another_gateway_adds(redis_server) -> None:
-    prefix = f"t{next(PREFIXES)}:"
-    mine, theirs = RedisStore(redis_server.url, 10_000, prefix), RedisStore(redis_server.url, 10_000, prefix)
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+async def test_a_shared_store_follows_the_prompts_another_process_adds(kind, tmp_path, request) -> None:
+    """Two stores on one file (the workers of `serve --workers N`) or one Redis (replicas): each one's
+    paraphrase index learns what the other was asked, from where its prompts() left off."""
+    if kind == "sqlite":
+        mine, theirs = SqliteStore(tmp_path / "cache.db", 10_000), SqliteStore(tmp_path / "cache.db", 10_000)
+    else:
+        prefix, url = f"t{next(PREFIXES)}:", request.getfixturevalue("redis_server").url
+        mine, theirs = RedisStore(url, 10_000, prefix), RedisStore(url, 10_000, prefix)
     theirs.put("before", entry(), prompt("before"))
-    await theirs.settle()
+    await settle(theirs)
     assert [p.ref for p in await mine.prompts(time.time())] == ["before"]
     following = mine.follow()
     arrived = asyncio.ensure_future(anext(following))
@@ -163,3 +169,15 @@ async def test_a_redis_store_follows_prompts_another_gateway_adds(redis_server) 
     await following.aclose()
     await mine.close()
     await theirs.close()
+
+
+async def test_a_sqlite_store_closes_while_its_follower_reads(tmp_path) -> None:
+    """A cancelled follow() leaves its read running on a thread: closing the store waits for it."""
+    store = SqliteStore(tmp_path / "cache.db", 10_000)
+    for i in range(200):
+        store.put(f"k{i}", entry(), prompt(f"k{i}"))
+    following = asyncio.ensure_future(anext(store.follow()))
+    await asyncio.sleep(0.55)  # its first read is under way, or about to be
+    following.cancel()
+    await store.close()
+    assert store._follow_query("SELECT 1", ()) == []

@@ -69,8 +69,8 @@ def requests_counted(exposition: str) -> float:
                for sample in family.samples if sample.name.endswith("_count"))
 
 
-def test_metrics_journeys_and_routing_answer_for_every_worker(own_upstream, tmp_path) -> None:
-    with GatewayProcess(gateway_settings(own_upstream.url), tmp_path, args=WORKERS) as gateway:
+def test_metrics_journeys_routing_and_the_access_log_answer_for_every_worker(own_upstream, tmp_path) -> None:
+    with GatewayProcess(gateway_settings(own_upstream.url), tmp_path, args=[*WORKERS, "--access-log"]) as gateway:
         both_up(gateway, ADMIN)
         answers = ask_until_both_workers(gateway.url + "/v1/chat/completions", {"model": "chat"}, AS_APP)
         assert all(a.status_code == 200 for a in answers)
@@ -92,6 +92,8 @@ def test_metrics_journeys_and_routing_answer_for_every_worker(own_upstream, tmp_
             assert other.status_code == 404
         routing = httpx.get(gateway.url + "/v1/routing", headers=ADMIN).json()["data"]
         assert {(r["target"], r["worker"]) for r in routing} >= {("fake/echo", 0), ("fake/echo", 1)}
+        logged = gateway.log()
+        assert all(f"{request_id} POST /v1/chat/completions 200" in logged for request_id in ids)
 
 
 def test_warm_connections_are_split_among_the_workers(own_upstream, tmp_path) -> None:
@@ -178,3 +180,31 @@ def test_a_killed_worker_is_replaced_and_takes_its_slot_back(own_upstream, tmp_p
             both_up(gateway, ADMIN)
             answers = ask_until_both_workers(gateway.url + "/v1/chat/completions", {"model": "chat"}, AS_APP)
             assert all(a.status_code == 200 for a in answers)
+
+
+def test_a_paraphrase_is_answered_by_any_worker_from_the_shared_cache_file(tmp_path) -> None:
+    settings = {"journeys": {"log": None}}  # the offline default: the edge cache in SQLite, paraphrases on
+    with GatewayProcess(settings, tmp_path, args=WORKERS) as gateway:
+        both_up(gateway, {})
+        url = gateway.url + "/v1/chat/completions"
+
+        def asked(question: str) -> httpx.Response:
+            answer = httpx.post(url, json={"model": "llama-3.1-8b", "max_tokens": 8,
+                                           "messages": [{"role": "user", "content": question}]}, timeout=30)
+            assert answer.status_code == 200, answer.text
+            return answer
+
+        first = asked("How do I cook beans?")
+        assert first.headers["x-firsttoken-cache"] == "miss"
+        time.sleep(1.0)  # in the file within 0.2 s; each worker reads the others' prompts every 0.5 s
+        elsewhere = {}
+        for _ in range(40):  # fresh connections until each kind of repeat reached the other worker
+            for kind, question in (("exact", "How do I cook beans?"), ("paraphrase", "What is the way to cook beans?")):
+                answer = asked(question)
+                if worker_of(answer.headers["x-request-id"]) != worker_of(first.headers["x-request-id"]):
+                    elsewhere.setdefault(kind, answer)
+            if len(elsewhere) == 2:
+                break
+        assert elsewhere["exact"].headers["x-firsttoken-cache"] == "hit"
+        assert elsewhere["paraphrase"].headers["x-firsttoken-cache"].startswith("semantic-hit")
+        assert elsewhere["paraphrase"].json()["choices"][0]["message"] == first.json()["choices"][0]["message"]

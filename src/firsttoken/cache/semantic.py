@@ -41,6 +41,9 @@ class Found:
 class SemanticIndex:
     def __init__(self, embedder: Embedder, threshold: float = DEFAULT_THRESHOLD, candidates: int = 8,
                  max_prompts: int = DEFAULT_MAX_PROMPTS) -> None:
+        # ONNX Runtime's library loads first: loaded after usearch's, it crashes the process (usearch 2.26,
+        # onnxruntime 1.32; tests/cache/test_semantic_index.py::test_the_embedder_loads_after_the_index).
+        import onnxruntime  # noqa: F401
         from usearch.index import Index
 
         self.embedder = embedder

@@ -16,7 +16,7 @@ import sqlite3
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -26,6 +26,7 @@ from firsttoken.private_files import private_file
 log = logging.getLogger("firsttoken.cache")
 
 FLUSH_INTERVAL_S = 0.2
+FOLLOW_INTERVAL_S = 0.5
 MAX_PENDING = 10_000
 
 
@@ -113,6 +114,11 @@ class SqliteStore:
         # Reads have a connection of their own: in WAL mode a reader never waits for a writer, so a
         # lookup on the event loop never waits for a batch being written.
         self._reader = _connect(self.path)
+        # follow()'s, on asyncio's threads. A cancelled follow() leaves its query running on its thread: the
+        # connection is closed under this lock, never in the middle of one (sqlite3 would crash).
+        self._follower: sqlite3.Connection | None = _connect(self.path)
+        self._follower_lock = threading.Lock()
+        self._last_rowid: int | None = None  # the last prompt prompts() read: where follow() goes on
         # Written, not yet in the file: answered from here meanwhile (a question asked twice in a row).
         self._pending: dict[str, tuple[Entry, PromptRecord | None]] = {}
         self._lock = threading.Lock()  # the writer's connection: the writer thread, and purges from elsewhere
@@ -141,10 +147,37 @@ class SqliteStore:
 
     def _prompts(self, now: float) -> list[PromptRecord]:
         self.flush()
-        with self._lock:
+        with self._lock:  # the writer's connection: what this process wrote is in, and nothing comes between
+            self._last_rowid = int(self._db.execute("SELECT coalesce(max(rowid), 0) FROM prompts").fetchone()[0])
             rows = self._db.execute("SELECT ref, scope, text, vector, expires FROM prompts WHERE expires > ? "
-                                    "ORDER BY rowid", (now,)).fetchall()
+                                    "AND rowid <= ? ORDER BY rowid", (now, self._last_rowid)).fetchall()
         return [PromptRecord(ref, scope, text, bytes(vector), expires) for ref, scope, text, vector, expires in rows]
+
+    async def follow(self) -> AsyncIterator[PromptRecord]:
+        """Prompts added to the file from now on, by this process or another on the same file (the workers
+        of `serve --workers N`), read every FOLLOW_INTERVAL_S: each worker's paraphrase index learns what
+        the others were asked, after what prompts() read. The index skips those it has."""
+        last = self._last_rowid if self._last_rowid is not None else await asyncio.to_thread(self._last_prompt)
+        while True:
+            await asyncio.sleep(FOLLOW_INTERVAL_S)
+            found, last = await asyncio.to_thread(self._prompts_after, last, time.time())
+            for prompt in found:
+                yield prompt
+
+    def _last_prompt(self) -> int:
+        found = self._follow_query("SELECT coalesce(max(rowid), 0) FROM prompts", ())
+        return int(found[0][0]) if found else 0
+
+    def _prompts_after(self, rowid: int, now: float) -> tuple[list[PromptRecord], int]:
+        rows = self._follow_query("SELECT rowid, ref, scope, text, vector, expires FROM prompts WHERE rowid > ? "
+                                  "ORDER BY rowid LIMIT 1000", (rowid,))
+        last = rows[-1][0] if rows else rowid
+        return [PromptRecord(ref, scope, text, bytes(vector), expires)
+                for _, ref, scope, text, vector, expires in rows if expires > now], last
+
+    def _follow_query(self, query: str, args: tuple[Any, ...]) -> list[Any]:
+        with self._follower_lock:
+            return [] if self._follower is None else self._follower.execute(query, args).fetchall()
 
     def _run(self) -> None:
         while not self._stop.wait(FLUSH_INTERVAL_S):
@@ -218,6 +251,10 @@ class SqliteStore:
         self.flush()
         self._db.close()
         self._reader.close()
+        with self._follower_lock:
+            if self._follower is not None:
+                self._follower.close()
+                self._follower = None
 
 
 def _forget_orphans(db: sqlite3.Connection) -> None:

@@ -60,6 +60,7 @@ from firsttoken.server.http import (
     response_headers,
     send_error,
 )
+from firsttoken.server.logs import configure_logging
 from firsttoken.server.memory_trim import MemoryTrimmer
 from firsttoken.server.ops import Ops
 from firsttoken.server.peers import ClusterPings, Peers, PeerServer, bucket_keeper
@@ -339,6 +340,7 @@ def create_app(settings: Settings) -> Gateway:
 
 def app_from_environment() -> Gateway:
     """The factory uvicorn calls in each worker: settings travel through the environment."""
+    configure_logging()
     overrides: dict[str, object] = {}
     if os.environ.get("FIRSTTOKEN_HOST"):
         overrides["listen.host"] = os.environ["FIRSTTOKEN_HOST"]

@@ -7,7 +7,6 @@ does for several workers): a port that is taken is one clear line, never a banne
 from __future__ import annotations
 
 import errno
-import logging
 import os
 import shutil
 import socket
@@ -17,6 +16,7 @@ from typing import Any
 
 from firsttoken.config import Settings
 from firsttoken.server.cluster import RUN_DIR_ENV, SHARED_REGION_ENV, WORKERS_ENV
+from firsttoken.server.logs import configure_logging
 from firsttoken.sim.embedded import SharedRegion
 
 
@@ -54,7 +54,7 @@ def serve(settings: Settings, config_path: str | None, workers: int, sock: socke
     from firsttoken.server.fd_limit import raise_fd_limit
     from firsttoken.server.protocol import http_protocol
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging()
     raise_fd_limit(settings)  # the workers inherit it
     # httptools with header and body deadlines and a bound on waiting connections; it pickles into the
     # worker processes with the settings it closes over
