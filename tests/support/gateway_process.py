@@ -50,12 +50,16 @@ def terminate(process: subprocess.Popen[bytes] | None) -> None:
 
 
 class GatewayProcess:
-    def __init__(self, settings: dict[str, Any], workdir: Path, env: dict[str, str] | None = None,
+    def __init__(self, settings: dict[str, Any] | Path, workdir: Path, env: dict[str, str] | None = None,
                  args: list[str] | None = None, wait_ready: bool = True) -> None:
+        """`settings`: written to a config file in `workdir`, or a config file to use as it is."""
         self.port = free_port()
         self.workdir = workdir
-        self.config_path = workdir / "firsttoken.yaml"
-        self.config_path.write_text(yaml.safe_dump(settings))
+        if isinstance(settings, Path):
+            self.config_path = settings
+        else:
+            self.config_path = workdir / "firsttoken.yaml"
+            self.config_path.write_text(yaml.safe_dump(settings))
         self.log_path = workdir / "gateway.log"
         # where `serve` notes its journey log for `firsttoken journeys`: the test's, not the user's
         self.env = {**os.environ, "XDG_STATE_HOME": str(workdir / "state"), **(env or {})}

@@ -1,0 +1,149 @@
+"""Two replicas behind nginx, as deploy/ ships them, behave as one gateway: deploy/nginx.conf in front
+(least connections, unbuffered), two `firsttoken serve --config deploy/config.yaml --workers 2`, one Redis.
+A client key's rpm is counted once for both, a question either answered is a hit (and its paraphrase a
+semantic hit) on the other, either replica lists every journey, and the two replicas' metrics add up to
+the requests sent. Only the addresses differ from deploy/: loopback ports instead of container names."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import ADMIN, ADMIN_KEY, CLIENT_KEY
+from support.gateway_process import GatewayProcess
+from support.nginx import NginxProcess, nginx_binary
+from support.openai_upstream import UPSTREAM_KEY, UpstreamThread
+from support.redis_server import RedisServer
+
+pytestmark = pytest.mark.skipif(nginx_binary() is None, reason="nginx is not installed (apt-get install nginx)")
+
+DEPLOY_CONFIG = Path(__file__).resolve().parents[2] / "deploy" / "config.yaml"
+RPM = 12  # the client key's requests a minute (FIRSTTOKEN_CLIENT_RPM), for both replicas together
+MODEL = "primary/echo"
+AS_APP = {"authorization": f"Bearer {CLIENT_KEY}"}
+QUESTIONS = (f"question number {n} for the replicas" for n in itertools.count())
+
+
+@dataclass
+class Cluster:
+    nginx: NginxProcess
+    replicas: list[GatewayProcess]
+    upstream: UpstreamThread
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    root = tmp_path_factory.mktemp("replicas")
+    with ExitStack() as stack:
+        upstream = stack.enter_context(UpstreamThread())
+        redis = stack.enter_context(RedisServer(root))
+        replicas = []
+        for number in (1, 2):
+            state = root / f"gateway-{number}"
+            state.mkdir()
+            env = {"UPSTREAM_URL": upstream.url, "UPSTREAM_API_KEY": UPSTREAM_KEY, "REDIS_URL": redis.url,
+                   "FIRSTTOKEN_CLIENT_KEY": CLIENT_KEY, "FIRSTTOKEN_ADMIN_KEY": ADMIN_KEY,
+                   "FIRSTTOKEN_CLIENT_RPM": str(RPM), "FIRSTTOKEN_STATE_DIR": str(state)}
+            replicas.append(stack.enter_context(GatewayProcess(
+                DEPLOY_CONFIG, state, env=env, args=["--host", "127.0.0.1", "--workers", "2"])))
+        for replica in replicas:
+            both_workers_up(replica)
+        nginx = stack.enter_context(NginxProcess([r.port for r in replicas], root))
+        yield Cluster(nginx, replicas, upstream)
+
+
+def both_workers_up(replica: GatewayProcess) -> None:
+    deadline = time.monotonic() + 30
+    while httpx.get(replica.url + "/metrics", headers=ADMIN).headers.get("x-firsttoken-workers") != "2/2":
+        assert time.monotonic() < deadline, f"a worker of the replica on {replica.port} never answered"
+        time.sleep(0.1)
+
+
+def ask(url: str, question: str) -> httpx.Response:
+    """One whole request, on a connection of its own: to nginx, or to a replica."""
+    return httpx.post(url + "/v1/chat/completions", headers=AS_APP, timeout=30,
+                      json={"model": MODEL, "messages": [{"role": "user", "content": question}]})
+
+
+def served_by(cluster: Cluster, answer: httpx.Response) -> int:
+    """Which replica answered a request: the one whose access log has its id."""
+    request_id = answer.headers["x-request-id"]
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        found = [i for i, replica in enumerate(cluster.replicas) if f"{request_id} POST" in replica.log()]
+        if found:
+            assert len(found) == 1
+            return found[0]
+        time.sleep(0.05)
+    raise AssertionError(f"no replica logged {request_id}")
+
+
+def requests_answered(replica: GatewayProcess) -> float:
+    """The requests this replica answered (all its workers), from its own /metrics."""
+    scrape = httpx.get(replica.url + "/metrics", headers=ADMIN)
+    assert scrape.headers["x-firsttoken-workers"] == "2/2"
+    return sum(sample.value for family in text_string_to_metric_families(scrape.text)
+               if family.name == "gen_ai_client_operation_duration_seconds"
+               for sample in family.samples if sample.name.endswith("_count"))
+
+
+def test_two_replicas_behind_nginx_behave_as_one_gateway(cluster: Cluster) -> None:
+    upstream = cluster.upstream.stats
+    sent: list[httpx.Response] = []
+
+    # The edge cache: asked once upstream, whichever replica nginx picks for each repeat.
+    question, through = next(QUESTIONS), cluster.nginx.url
+    first = ask(through, question)
+    assert first.status_code == 200, first.text
+    assert first.headers["x-firsttoken-cache"] == "miss"
+    other = cluster.replicas[1 - served_by(cluster, first)]
+    asked = upstream.by_model["echo"]
+    repeats = [ask(through, question), ask(other.url, question), ask(through, question)]
+    assert all(r.headers["x-firsttoken-cache"] == "hit" for r in repeats)
+    time.sleep(1.5)  # each replica's paraphrase index follows the prompts the others add to Redis
+    paraphrase = ask(other.url, f"Please answer this: {question}")
+    assert paraphrase.headers["x-firsttoken-cache"].startswith("semantic-hit"), paraphrase.headers
+    assert paraphrase.json()["choices"][0]["message"] == first.json()["choices"][0]["message"]
+    assert upstream.by_model["echo"] == asked  # no repeat reached the upstream
+    sent += [first, *repeats, paraphrase]
+
+    # A stream crosses nginx unbuffered, read by the SDK chunk by chunk.
+    client = openai.OpenAI(base_url=cluster.nginx.url + "/v1", api_key=CLIENT_KEY, max_retries=0)
+    with client.chat.completions.with_streaming_response.create(
+            model=MODEL, stream=True, messages=[{"role": "user", "content": "a few words through nginx"}]) as stream:
+        text = "".join(chunk.choices[0].delta.content or "" for chunk in stream.parse() if chunk.choices)
+        assert stream.headers["content-type"].startswith("text/event-stream")
+        streamed = stream.headers["x-request-id"]
+    assert text == "echo: a few words through nginx"
+
+    # The client key's rpm, counted once in Redis for both replicas and their four workers.
+    while len(sent) < RPM + 5:
+        sent.append(ask(through, next(QUESTIONS)))
+    statuses = Counter(r.status_code for r in sent)
+    assert statuses == {200: RPM - 1, 429: 6}, statuses  # and the stream
+    assert all(r.status_code == 429 for r in sent[RPM - 1:])
+    by_replica = Counter((served_by(cluster, r), r.status_code) for r in sent)
+    assert all(by_replica[(replica, 200)] and by_replica[(replica, 429)] for replica in (0, 1)), by_replica
+
+    # Metrics: each replica counts what it answered; the two add up to every request sent.
+    answered = [requests_answered(replica) for replica in cluster.replicas]
+    assert all(count > 0 for count in answered), answered
+    assert sum(answered) == len(sent) + 1, (answered, len(sent))
+
+    # Journeys: either replica lists every request, whichever replica served it.
+    ids = {streamed, *(r.headers["x-request-id"] for r in sent)}
+    for replica in cluster.replicas:
+        listed = httpx.get(replica.url + "/v1/journeys", params={"limit": 1000}, headers=ADMIN).json()["data"]
+        assert ids <= {j["request_id"] for j in listed}
+        some = sorted(ids)[0]
+        assert httpx.get(f"{replica.url}/v1/journeys/{some}", headers=AS_APP).status_code == 200
