@@ -18,10 +18,24 @@ ADMIN_KEY = "operator-admin-key-for-tests-0987"  # /metrics, /v1/routing and eve
 ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _machine_alone(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A module marked `quiet` runs with no test of the other process beside it, its fixtures' set-up
+    included (autouse: before the module's other fixtures). See support.quiet."""
+    if request.node.get_closest_marker("quiet") is None:
+        yield
+        return
+    with machine_share(quiet=True):
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _machine_share(request: pytest.FixtureRequest) -> Iterator[None]:
-    """A test marked `quiet` runs with no test of the other process beside it (support.quiet)."""
-    with machine_share(quiet=request.node.get_closest_marker("quiet") is not None):
+    """Any other test shares the machine, between the quiet modules."""
+    if request.node.get_closest_marker("quiet") is not None:
+        yield  # its module holds the machine already
+        return
+    with machine_share(quiet=False):
         yield
 
 

@@ -2,9 +2,10 @@
 
 The suite runs in two processes (pytest-xdist) on a two-core machine: a test that measures whether a
 forwarder adds under a millisecond cannot share the cores with a gateway under load in the other process.
-A test marked `quiet` takes the machine whole, between the other process's tests: each test holds a
-shared lock while it runs, a quiet one an exclusive one. A turnstile in front gives the quiet test its
-turn: the other process, busy with short tests, would otherwise always hold the shared lock again first.
+A module marked `quiet` takes the machine whole, between the other process's tests: each test holds a
+shared lock while it runs, a quiet module an exclusive one for as long as it runs. A turnstile in front
+gives the quiet module its turn: the other process, busy with short tests, would otherwise always hold the
+shared lock again first.
 """
 
 from __future__ import annotations
