@@ -26,7 +26,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from firsttoken.cache.entry import Entry, PromptRecord
 from firsttoken.cache.stores import matches, rows
@@ -99,13 +99,14 @@ class RedisStore:
         return f"{self.prefix}a:{key}"
 
     async def get(self, key: str, now: float) -> Entry | None:
-        found = await self.guard.call(partial(self._redis.hmget, self._key(key), _FIELDS))
-        if found is None:  # Redis failed or is skipped: a miss
+        found = cast(list[bytes | None] | None,
+                     await self.guard.call(partial(self._redis.hmget, self._key(key), _FIELDS)))
+        if found is None or found[0] is None:  # Redis failed or is skipped, or no such answer: a miss
             return None
-        if found[0] is None or float(found[5]) <= now:
+        kind, body, tenant, model, created, expires = cast(list[bytes], found)  # written together by put()
+        if float(expires) <= now:
             return None
-        return Entry(found[0].decode(), found[1], found[2].decode(), found[3].decode(), float(found[4]),
-                     float(found[5]))
+        return Entry(cast(Any, kind.decode()), body, tenant.decode(), model.decode(), float(created), float(expires))
 
     def put(self, key: str, entry: Entry, prompt: PromptRecord | None = None) -> None:
         if entry.size > self.max_bytes:
@@ -146,7 +147,7 @@ class RedisStore:
         found: list[PromptRecord] = []
         last = b"0-0"
         while True:
-            page = await self._follower.xrange(self._stream, min=b"(" + last, count=1000)
+            page = cast(list[StreamEntry], await self._follower.xrange(self._stream, min=b"(" + last, count=1000))
             found += [record for _, fields in page if (record := _record(fields)) and record.expires > now]
             if page:
                 last = page[-1][0]
@@ -158,12 +159,12 @@ class RedisStore:
         it (it waits out the circuit's cool-down, at least FOLLOW_PAUSE_S a turn), it does not end it."""
         last = self._last_id
         while True:
-            reply = None
+            reply: list[tuple[bytes, list[StreamEntry]]] | None = None
             # After an outage, a short command (which may be the probe) says whether Redis is back, before a
             # read that blocks for seconds.
             if not self.guard.is_open or await self.guard.call(self._redis.ping) is not None:
-                reply = await self.guard.call(
-                    partial(self._follower.xread, {self._stream: last}, count=500, block=FOLLOW_BLOCK_MS))
+                reply = cast(list[tuple[bytes, list[StreamEntry]]] | None, await self.guard.call(
+                    partial(self._follower.xread, {self._stream: last}, count=500, block=FOLLOW_BLOCK_MS)))
             if reply is None:
                 await asyncio.sleep(max(self.guard.retry_in_s(), FOLLOW_PAUSE_S))
                 continue
@@ -212,6 +213,11 @@ class RedisStore:
         await self.settle()
         await self._redis.aclose()
         await self._follower.aclose()
+
+
+# A stream entry as redis-py returns it: its id and fields. It types replies for either decode_responses
+# setting; these clients never decode, so they are bytes.
+StreamEntry = tuple[bytes, dict[bytes, bytes]]
 
 
 def _record(fields: dict[bytes, bytes]) -> PromptRecord | None:

@@ -126,7 +126,7 @@ def read(path: str | Path, since: float | None = None, model: str | None = None,
         # A log written before a column was added lacks it until a gateway opens it for writing: NULL then.
         present = {column for _, column, *_ in db.execute("PRAGMA table_info(journeys)")}
         selected = ", ".join(column if column in present else f"NULL AS {column}" for column in COLUMNS)
-        query, args = f"SELECT {selected} FROM journeys WHERE 1=1", []
+        query, args = f"SELECT {selected} FROM journeys WHERE 1=1", list[float | int | str]()
         if since is not None:
             query += " AND at >= ?"
             args.append(since)

@@ -98,7 +98,7 @@ class Sizer:
 
     def by_neighbours(self, text: str) -> Sizing:
         """The labelled examples' verdict (an embedding: milliseconds); chat when there is no embedder."""
-        if self._vectors is None:
+        if self._vectors is None or self.embedder is None:
             return Sizing("chat", "default")
         return Sizing(self.nearest(self.embedder.embed([text])[0]), "neighbours")
 

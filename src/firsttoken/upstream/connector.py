@@ -77,7 +77,7 @@ class TimedConnector(aiohttp.TCPConnector):
                 handshake.connected = perf_counter()
             return make_protocol()
 
-        self._factory = timed_factory
+        self._factory = timed_factory  # type: ignore[assignment]  # aiohttp types its own as a partial
 
     async def _resolve_host(self, host: str, port: int, traces: Sequence[Any] | None = None) -> Any:
         try:
