@@ -13,6 +13,7 @@ from firsttoken import __version__
 from firsttoken import config as config_module
 from firsttoken.cache.command import cache
 from firsttoken.config import ConfigError
+from firsttoken.plan.command import plan
 
 err = Console(stderr=True, highlight=False)
 
@@ -24,6 +25,7 @@ def main() -> None:
 
 
 main.add_command(cache)
+main.add_command(plan)
 
 
 @main.command()

@@ -1,0 +1,47 @@
+"""`firsttoken plan SCENARIO.yaml`: every option of a scenario under its users' traffic, compared."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+from rich.console import Console
+from rich.progress import Progress
+
+from firsttoken.plan.render import show
+from firsttoken.plan.scenario import ScenarioError, load
+from firsttoken.plan.simulate import simulate
+from firsttoken.plan.summary import OptionSummary, recommend, summarise
+
+err = Console(stderr=True, highlight=False)
+
+
+@click.command()
+@click.argument("scenario_path", metavar="SCENARIO.yaml", type=click.Path(dir_okay=False))
+@click.option("--duration", "duration_s", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Virtual seconds of traffic (overrides the scenario's duration_s).")
+@click.option("--json", "as_json", is_flag=True, help="The results as JSON on stdout.")
+def plan(scenario_path: str, duration_s: float | None, as_json: bool) -> None:
+    """Which option should these users' requests go to? Each option runs the scenario's traffic through the
+    simulated region's engine in virtual time; the table says what users in each city would feel, and
+    what it would cost."""
+    try:
+        scenario = load(scenario_path)
+    except ScenarioError as exc:
+        err.print(f"firsttoken plan: {exc}", markup=False, soft_wrap=True)
+        sys.exit(2)
+    if duration_s is not None:
+        scenario = scenario.model_copy(update={"duration_s": duration_s})
+    summaries: list[OptionSummary] = []
+    with Progress(console=err, transient=True, disable=as_json) as progress:
+        task = progress.add_task("simulating", total=len(scenario.options))
+        for option in scenario.options:
+            progress.update(task, description=option.name)
+            summaries.append(summarise(scenario, simulate(scenario, option)))
+            progress.advance(task)
+    if as_json:
+        click.echo(json.dumps({"scenario": scenario.name, "options": [s.as_json() for s in summaries],
+                               "recommendation": recommend(summaries)}, indent=2))
+        return
+    show(Console(highlight=False), scenario, summaries)

@@ -1,0 +1,35 @@
+"""The way from a user's city to an option: light in fibre along the great circle (the floor), the longer
+path real cables take (× the scenario's path factor), the access network at the user's end, and the
+handshakes a new connection pays before its request can go.
+
+A new connection costs a DNS lookup (answered by the access network's resolver: one last-mile round
+trip), TCP's handshake (one round trip) and TLS 1.3's (one more) before the request's own first byte
+leaves. A connection already open pays none of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from firsttoken.geo.places import Place
+
+
+@dataclass(frozen=True)
+class Route:
+    floor_ms: float  # the round trip light in fibre needs along the great circle: no route beats it
+    distance_tax_ms: float  # what the cables' longer path adds to it
+    last_mile_ms: float  # the access network's round trip
+
+    @property
+    def rtt_ms(self) -> float:
+        return self.floor_ms + self.distance_tax_ms + self.last_mile_ms
+
+    @property
+    def handshakes_ms(self) -> float:
+        """DNS, TCP and TLS 1.3 on a new connection."""
+        return self.last_mile_ms + 2 * self.rtt_ms
+
+
+def route(user: Place, server: Place, path_factor: float, last_mile_ms: float) -> Route:
+    floor = user.floor_ms(server)
+    return Route(floor, floor * (path_factor - 1), last_mile_ms)

@@ -1,0 +1,152 @@
+"""A planning scenario, as its YAML file says it: who the users are and how often they ask, what they ask,
+and the options to compare. Validation resolves every place and builds every deployment, so a typo in a
+city, a GPU or a model is reported with its key before anything runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from firsttoken.geo import physics
+from firsttoken.geo.places import GeoError, Place, resolve
+from firsttoken.sim.catalogue import Catalogue, CatalogueError
+from firsttoken.sim.roofline import Deployment, DeploymentError
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot be run; the message names the key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _place(text: str) -> Place:
+    try:
+        return resolve(text)
+    except GeoError as exc:
+        raise ValueError(str(exc)) from None
+
+
+class City(_Strict):
+    place: str = Field(description="a city (lagos), a region code or lat,lon")
+    share: float = Field(gt=0, description="of the requests; shares are normalised to add up to 1")
+    last_mile_ms: float | None = Field(None, ge=0, description="the access network's round trip there")
+
+    @property
+    def where(self) -> Place:
+        return _place(self.place)
+
+    @model_validator(mode="after")
+    def _resolves(self) -> City:
+        self.where  # noqa: B018  (raises for an unknown place)
+        return self
+
+
+class Users(_Strict):
+    cities: list[City] = Field(min_length=1)
+    rate_per_s: float = Field(gt=0, description="requests a second, all cities together (Poisson arrivals)")
+    last_mile_ms: float = Field(20.0, ge=0, description="each city's access-network round trip, unless it sets one")
+    reuse: float = Field(0.0, ge=0, le=1, description="the share of requests sent on a connection already open")
+
+
+class Workload(_Strict):
+    preset: Literal["chat", "rag", "agent", "classification"] = "chat"
+    stream: bool = True
+
+
+class SelfHosted(_Strict):
+    place: str = Field(description="where the GPUs are: a region code, a city or lat,lon")
+    gpu: str = "h100"
+    model: str = "llama-3.1-8b"
+    precision: Literal["bf16", "fp8", "int4"] = "bf16"
+    tp: int = Field(1, ge=1, le=64)
+    replicas: int = Field(1, ge=1, le=256)
+    usd_per_gpu_hour: float = Field(ge=0, description="what one GPU costs an hour there")
+
+    @property
+    def deployment(self) -> Deployment:
+        catalogue = Catalogue.builtin()
+        return Deployment(catalogue.gpu(self.gpu), catalogue.model(self.model), self.precision, self.tp)
+
+    @model_validator(mode="after")
+    def _buildable(self) -> SelfHosted:
+        _place(self.place)
+        try:
+            self.deployment  # noqa: B018
+        except (CatalogueError, DeploymentError) as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+
+class ProviderApi(_Strict):
+    """A provider's API in a region, as its published profile says it serves: the time to a first token
+    from the request's arrival there, and the time between tokens."""
+
+    place: str = Field(description="the API region: a region code, a city or lat,lon")
+    model: str
+    ttft_ms: float = Field(gt=0, description="median time to first token at the provider, network excluded")
+    itl_ms: float = Field(gt=0, description="time between output tokens")
+    usd_per_million_input: float = Field(ge=0)
+    usd_per_million_output: float = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _resolves(self) -> ProviderApi:
+        _place(self.place)
+        return self
+
+
+class Option(_Strict):
+    name: str = Field(min_length=1)
+    self_hosted: SelfHosted | None = None
+    api: ProviderApi | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Option:
+        if (self.self_hosted is None) == (self.api is None):
+            raise ValueError("an option is either self_hosted: or api:, one of the two")
+        return self
+
+    @property
+    def where(self) -> Place:
+        served = self.self_hosted or self.api
+        assert served is not None
+        return _place(served.place)
+
+
+class Scenario(_Strict):
+    name: str
+    seed: int = 0
+    duration_s: float = Field(600.0, gt=0, description="virtual seconds of traffic to simulate")
+    path_factor: float = Field(physics.DEFAULT_PATH_FACTOR, ge=1,
+                               description="how much longer the cables are than the great circle")
+    users: Users
+    workload: Workload = Field(default_factory=Workload)
+    options: list[Option] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _distinct(self) -> Scenario:
+        names = [o.name for o in self.options]
+        if len(set(names)) != len(names):
+            raise ValueError("options: each option needs a name of its own")
+        return self
+
+
+def load(path: str | Path) -> Scenario:
+    """The scenario in a YAML file; ScenarioError says what is wrong, with its key."""
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except OSError as exc:
+        raise ScenarioError(f"{path}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{path}: not YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ScenarioError(f"{path}: a scenario is a mapping with users:, workload: and options:")
+    try:
+        return Scenario.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'scenario'}: {e['msg']}" for e in exc.errors())
+        raise ScenarioError(f"{path}: {problems}") from None

@@ -1,0 +1,139 @@
+"""`firsttoken plan`: the scenario's traffic through the simulated region's engine in virtual time. Each
+journey must add up to what the parts say it should: the network model's round trips and handshakes, the
+deployment's own step times, a provider's published pace; more traffic must queue and more replicas must
+take the queue back; the same seed must give the same plan; a bad scenario is refused with its key."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from firsttoken.cli import main
+from firsttoken.geo.places import resolve
+from firsttoken.plan.network import route
+from firsttoken.plan.scenario import Scenario, ScenarioError, load
+from firsttoken.plan.simulate import simulate
+from firsttoken.plan.summary import summarise
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "lagos.yaml"
+HOSTED = {"place": "aws:us-east-1", "gpu": "h100", "model": "llama-3.1-8b", "usd_per_gpu_hour": 4.0}
+API = {"place": "aws:eu-west-1", "model": "m", "ttft_ms": 400, "itl_ms": 12, "usd_per_million_input": 0.15,
+       "usd_per_million_output": 0.6}
+
+
+def scenario(rate: float, duration: float = 300, reuse: float = 0.0, **hosted: object) -> Scenario:
+    return Scenario.model_validate({
+        "name": "test", "seed": 3, "duration_s": duration,
+        "users": {"rate_per_s": rate, "last_mile_ms": 20, "reuse": reuse,
+                  "cities": [{"place": "lagos", "share": 3}, {"place": "nairobi", "share": 1, "last_mile_ms": 40}]},
+        "options": [{"name": "hosted", "self_hosted": {**HOSTED, **hosted}}, {"name": "api", "api": API}]})
+
+
+def test_the_network_is_the_floor_times_the_path_factor_plus_the_last_mile() -> None:
+    lagos, virginia = resolve("lagos"), resolve("aws:us-east-1")
+    way = route(lagos, virginia, 1.5, 25)
+    assert way.floor_ms == pytest.approx(lagos.floor_ms(virginia))
+    assert 80 < way.floor_ms < 95  # 8 400 km of great circle, there and back at 204 000 km/s
+    assert way.rtt_ms == pytest.approx(way.floor_ms * 1.5 + 25)
+    assert way.handshakes_ms == pytest.approx(25 + 2 * way.rtt_ms)  # DNS at the ISP, then TCP and TLS 1.3
+
+
+def test_alone_a_request_takes_the_network_plus_the_deployments_own_prefill_and_decode() -> None:
+    plan = scenario(rate=0.02, duration=2000)  # about one request a minute: none meets another
+    hosted = plan.options[0]
+    run = simulate(plan, hosted)
+    deployment = hosted.self_hosted.deployment
+    alone = [j for j in run.journeys  # one now and then meets another all the same
+             if not any(o is not j and o.arrived < j.finished and o.finished > j.arrived for o in run.journeys)]
+    assert len(alone) > 20
+    for journey in alone:
+        assert journey.arrived == pytest.approx(journey.sent + journey.handshakes_s + journey.route.rtt_ms / 2000)
+        assert journey.admitted == journey.arrived  # nothing ahead of it
+        if journey.prompt <= 4096:  # one prefill step (the engine's token budget), which samples the first token
+            assert journey.first_token - journey.admitted == pytest.approx(
+                deployment.mixed_step_s(0, 0, journey.prompt, 0))
+        # then one decode step per token, each reading the weights and the context so far
+        steps = sum(deployment.mixed_step_s(1, journey.prompt + n, 0, 0) for n in range(1, journey.answer))
+        assert journey.finished - journey.first_token == pytest.approx(steps)
+    summary = summarise(plan, run)
+    felt = [j.first_token + j.route.rtt_ms / 2000 - j.sent for j in run.journeys]
+    assert summary.ttft.p50 == pytest.approx(float(np.median(felt)))
+    assert sum(summary.phases.values()) == pytest.approx(float(np.mean(felt)))  # the phases add up to it
+
+
+def test_an_api_answers_at_its_published_pace() -> None:
+    plan = scenario(rate=1)
+    run = simulate(plan, plan.options[1])
+    ttfts = [j.first_token - j.arrived for j in run.journeys]
+    assert np.median(ttfts) == pytest.approx(0.4, rel=0.05)
+    assert all(j.finished - j.first_token == pytest.approx((j.answer - 1) * 0.012) for j in run.journeys)
+    summary = summarise(plan, run)
+    tokens = sum((j.prompt * 0.15 + j.answer * 0.6) / 1e6 for j in run.journeys)
+    assert summary.usd_per_month == pytest.approx(tokens * 730 * 3600 / 300)
+
+
+def test_connections_already_open_pay_no_handshakes() -> None:
+    cold = summarise(scenario(rate=0.5), simulate(scenario(rate=0.5), scenario(rate=0.5).options[1]))
+    warm_plan = scenario(rate=0.5, reuse=1.0)
+    warm = summarise(warm_plan, simulate(warm_plan, warm_plan.options[1]))
+    assert warm.phases["handshakes"] == 0
+    assert cold.phases["handshakes"] > 0.2  # two round trips across the Atlantic, and a DNS lookup
+    assert warm.ttft.p50 < cold.ttft.p50 - 0.2
+
+
+def test_more_traffic_queues_and_more_replicas_take_the_queue_back() -> None:
+    # Thirty chats a second are more than one H100's steps can keep up with, and fewer than three's.
+    plans = {"one": scenario(rate=30, duration=120), "three": scenario(rate=30, duration=120, replicas=3),
+             "quiet": scenario(rate=0.5, duration=120)}
+    runs = {name: summarise(plan, simulate(plan, plan.options[0])) for name, plan in plans.items()}
+    assert runs["one"].phases["queue"] > 100 * runs["three"].phases["queue"]
+    assert runs["one"].ttft.p95 > 10 * runs["three"].ttft.p95
+    assert runs["three"].ttft.p95 > runs["quiet"].ttft.p95  # three replicas still batch more than one quiet one
+    assert runs["one"].gpu_utilisation == pytest.approx(1.0, abs=0.01)  # never idle once the queue forms
+    assert runs["quiet"].gpu_utilisation < 0.8  # a request alone keeps it busy through its decode all the same
+    assert runs["three"].usd_per_month == pytest.approx(3 * runs["one"].usd_per_month)
+
+
+def test_every_option_meets_the_same_requests_and_the_same_seed_the_same_plan() -> None:
+    plan = scenario(rate=2, duration=60)
+    first, second = (simulate(plan, option) for option in plan.options)
+    assert sorted((j.sent, j.prompt, j.answer, j.city) for j in first.journeys) == \
+        sorted((j.sent, j.prompt, j.answer, j.city) for j in second.journeys)
+    again = simulate(plan, plan.options[0])
+    assert summarise(plan, again) == summarise(plan, first)
+
+
+@pytest.mark.parametrize(("change", "words"), [
+    ({"users": {"rate_per_s": 1, "cities": [{"place": "lagoss", "share": 1}]}}, "users.cities.0"),
+    ({"options": [{"name": "x", "self_hosted": {**HOSTED, "gpu": "h1000"}}]}, "unknown gpu 'h1000'"),
+    ({"options": [{"name": "x", "self_hosted": HOSTED, "api": API}]}, "either self_hosted: or api:"),
+    ({"options": [{"name": "x", "api": API}, {"name": "x", "api": API}]}, "a name of its own"),
+    ({"users": {"rate_per_s": 0, "cities": [{"place": "lagos", "share": 1}]}}, "users.rate_per_s"),
+])
+def test_a_scenario_that_cannot_run_is_refused_with_its_key(tmp_path, change: dict, words: str) -> None:
+    base = {"name": "bad", "users": {"rate_per_s": 1, "cities": [{"place": "lagos", "share": 1}]},
+            "options": [{"name": "x", "api": API}]}
+    path = tmp_path / "bad.yaml"
+    path.write_text(json.dumps({**base, **change}))  # JSON is YAML
+    with pytest.raises(ScenarioError, match=words.replace("(", r"\(")):
+        load(path)
+
+
+def test_the_command_compares_the_shipped_example_in_the_terminal_and_as_json() -> None:
+    runner = CliRunner()
+    table = runner.invoke(main, ["plan", str(EXAMPLE), "--duration", "60"])
+    assert table.exit_code == 0, table.output
+    assert "fastest first token" in table.output and "Nairobi".lower() in table.output.lower()
+    answer = runner.invoke(main, ["plan", str(EXAMPLE), "--duration", "60", "--json"])
+    assert answer.exit_code == 0, answer.output
+    plan = json.loads(answer.output)
+    assert len(plan["options"]) == 5 and plan["recommendation"]
+    lagos = next(o for o in plan["options"] if o["name"].startswith("Lagos"))
+    virginia = next(o for o in plan["options"] if o["name"].startswith("us-east-1"))
+    assert lagos["ttft"]["p95"] < virginia["ttft"]["p95"]  # the ocean is not free
+    refused = runner.invoke(main, ["plan", str(EXAMPLE.with_name("missing.yaml"))])
+    assert refused.exit_code == 2 and "missing.yaml" in refused.output
