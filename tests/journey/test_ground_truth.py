@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import yaml
 
 from firsttoken.lab.delayline import DelayLine
 from support.measure import PREFILL_SLACK_MS, one_sample, typical
+from support.netns import wait_for_port
 from support.one_story import assert_one_story
 
 pytestmark = pytest.mark.quiet  # finds a 120 ms round trip within 5 %: not beside a loaded gateway
@@ -57,16 +57,6 @@ CLIENT = textwrap.dedent("""
             out.append({"journey": journey, "sim_decode": decode})
     print(json.dumps(out))
 """)
-
-
-def wait_for_port(line: DelayLine, ns: str, host: str, port: int) -> None:
-    probe = f"import socket; socket.create_connection(({host!r}, {port}), timeout=1).close()"
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if line.run(ns, [sys.executable, "-c", probe], capture_output=True).returncode == 0:
-            return
-        time.sleep(0.2)
-    raise RuntimeError(f"nothing listening on {host}:{port} in {ns}")
 
 
 @pytest.fixture(scope="module")
