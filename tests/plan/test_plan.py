@@ -51,7 +51,7 @@ def test_alone_a_request_takes_the_network_plus_the_deployments_own_prefill_and_
              if not any(o is not j and o.arrived < j.finished and o.finished > j.arrived for o in run.journeys)]
     assert len(alone) > 20
     for journey in alone:
-        assert journey.arrived == pytest.approx(journey.sent + journey.handshakes_s + journey.route.rtt_ms / 2000)
+        assert journey.arrived == pytest.approx(journey.sent + journey.handshakes_s + journey.one_way_s)
         assert journey.admitted == journey.arrived  # nothing ahead of it
         if journey.prompt <= 4096:  # one prefill step (the engine's token budget), which samples the first token
             assert journey.first_token - journey.admitted == pytest.approx(
@@ -60,7 +60,7 @@ def test_alone_a_request_takes_the_network_plus_the_deployments_own_prefill_and_
         steps = sum(deployment.mixed_step_s(1, journey.prompt + n, 0, 0) for n in range(1, journey.answer))
         assert journey.finished - journey.first_token == pytest.approx(steps)
     summary = summarise(plan, run)
-    felt = [j.first_token + j.route.rtt_ms / 2000 - j.sent for j in run.journeys]
+    felt = [j.first_token + j.one_way_s - j.sent for j in run.journeys]
     assert summary.ttft.p50 == pytest.approx(float(np.median(felt)))
     assert sum(summary.phases.values()) == pytest.approx(float(np.mean(felt)))  # the phases add up to it
 
@@ -137,3 +137,54 @@ def test_the_command_compares_the_shipped_example_in_the_terminal_and_as_json() 
     assert lagos["ttft"]["p95"] < virginia["ttft"]["p95"]  # the ocean is not free
     refused = runner.invoke(main, ["plan", str(EXAMPLE.with_name("missing.yaml"))])
     assert refused.exit_code == 2 and "missing.yaml" in refused.output
+
+
+def test_a_gateway_near_the_users_spares_them_the_long_handshakes_and_answers_repeats() -> None:
+    plan = Scenario.model_validate({
+        "name": "gateway", "seed": 5, "duration_s": 300,
+        "users": {"rate_per_s": 1, "last_mile_ms": 20, "cities": [{"place": "lagos", "share": 1}]},
+        "workload": {"preset": "chat", "repeats": 0.3},
+        "options": [{"name": "direct", "api": API},
+                    {"name": "via lagos", "api": API, "gateway": {"place": "lagos", "usd_per_month": 50}}]})
+    direct, via = (simulate(plan, option) for option in plan.options)
+    hits = [j for j in via.journeys if j.far is None]
+    assert len(hits) == sum(j.repeat for j in via.journeys) and 0.25 < len(hits) / len(via.journeys) < 0.35
+    for journey in via.journeys:
+        near = journey.near
+        assert near.floor_ms < 5  # Lagos to a gateway in Lagos
+        assert journey.handshakes_s in (0.0, pytest.approx(near.handshakes_ms / 1000))
+        if journey.far is None:  # the edge cache: there and back to the gateway, and its hit
+            assert journey.first_token + journey.one_way_s - journey.sent == pytest.approx(
+                journey.handshakes_s + near.rtt_ms / 1000 + 0.0005)
+        else:  # across the ocean on a warm connection: no handshake on the long way
+            assert journey.far.last_mile_ms == 0
+            assert journey.arrived == pytest.approx(
+                journey.sent + journey.handshakes_s + (near.rtt_ms + journey.far.rtt_ms) / 2000)
+    plain, gated = summarise(plan, direct), summarise(plan, via)
+    assert gated.cache_hits == len(hits) and plain.cache_hits == 0
+    assert gated.phases["handshakes"] < plain.phases["handshakes"] / 3  # a last mile and round trips in Lagos
+    assert gated.ttft.p50 < plain.ttft.p50 - 0.1
+    # the hits cost the API nothing; the gateway its own price
+    tokens = sum((j.prompt * 0.15 + j.answer * 0.6) / 1e6 for j in via.journeys if j.far is not None)
+    assert gated.usd_per_month == pytest.approx(tokens * 730 * 3600 / 300 + 50)
+
+
+def test_scaled_to_zero_a_model_loads_back_after_an_idle_spell_and_is_billed_while_loaded() -> None:
+    plan = scenario(rate=0.01, duration=3000, idle_unload_s=60)  # a request every 100 s, on average
+    hosted = plan.options[0].self_hosted
+    run = simulate(plan, plan.options[0])
+    load_s = hosted.cold_start_s
+    assert 9 < load_s < 10  # 16 GB at 3.65 GB/s, and the engine's start
+    cold = [j for j in run.journeys if j.cold_s > 0]
+    woke = [j for j in cold if j.cold_s == pytest.approx(load_s)]  # arrived to an unloaded model
+    assert run.cold_starts == len(woke) > 5
+    for journey in cold:  # the others arrived while it loaded, and waited for the rest of the load
+        assert journey.admitted - journey.arrived == pytest.approx(journey.cold_s)
+        assert journey.cold_s <= load_s + 1e-9
+    summary = summarise(plan, run)
+    assert summary.cold_starts == len(woke)
+    assert summary.phases["cold start"] == pytest.approx(sum(j.cold_s for j in cold) / len(run.journeys))
+    always_on = summarise(scenario(rate=0.01, duration=3000), simulate(scenario(rate=0.01, duration=3000),
+                                                                        scenario(rate=0.01, duration=3000).options[0]))
+    assert summary.usd_per_month < always_on.usd_per_month * 0.8
+    assert summary.usd_per_month == pytest.approx(4.0 * 730 * run.loaded_s / run.ended)

@@ -20,11 +20,12 @@ def show(console: Console, scenario: Scenario, summaries: list[OptionSummary]) -
                   f"(virtual), {scenario.workload.preset}, {'streamed' if scenario.workload.stream else 'whole'}")
     options = Table(title="What the users feel, and what it costs", title_justify="left")
     for column in ("option", "where", "TTFT p50", "TTFT p95", "E2E p50", "E2E p95", "per token", "GPU busy",
-                   "$ / month", "$ / M tokens"):
+                   "cache hits", "cold starts", "$ / month", "$ / M tokens"):
         options.add_column(column, justify="left" if column in ("option", "where") else "right")
     for s in sorted(summaries, key=lambda s: s.ttft.p95):
         options.add_row(s.name, s.where, _s(s.ttft.p50), _s(s.ttft.p95), _s(s.e2e.p50), _s(s.e2e.p95),
                         f"{s.tpot_ms:.1f} ms", "—" if s.gpu_utilisation is None else f"{s.gpu_utilisation:.0%}",
+                        f"{s.cache_hits / max(s.requests, 1):.0%}", str(s.cold_starts),
                         f"{s.usd_per_month:,.0f}", f"{s.usd_per_million_tokens:.2f}")
     console.print(options)
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from firsttoken.geo import physics
 from firsttoken.geo.places import GeoError, Place, resolve
 from firsttoken.sim.catalogue import Catalogue, CatalogueError
-from firsttoken.sim.roofline import Deployment, DeploymentError
+from firsttoken.sim.roofline import DEFAULT_LOAD_BANDWIDTH_GB_S, ENGINE_START_S, Deployment, DeploymentError
 
 
 class ScenarioError(ValueError):
@@ -56,6 +56,8 @@ class Users(_Strict):
 class Workload(_Strict):
     preset: Literal["chat", "rag", "agent", "classification"] = "chat"
     stream: bool = True
+    repeats: float = Field(0.0, ge=0, lt=1, description="the share of requests asked before in the same words: "
+                           "a gateway's edge cache answers them")
 
 
 class SelfHosted(_Strict):
@@ -65,7 +67,14 @@ class SelfHosted(_Strict):
     precision: Literal["bf16", "fp8", "int4"] = "bf16"
     tp: int = Field(1, ge=1, le=64)
     replicas: int = Field(1, ge=1, le=256)
-    usd_per_gpu_hour: float = Field(ge=0, description="what one GPU costs an hour there")
+    usd_per_gpu_hour: float = Field(ge=0, description="what one GPU costs an hour there (while loaded)")
+    idle_unload_s: float | None = Field(None, gt=0, description="scale to zero: idle this long, the model is "
+                                        "unloaded and the next request waits for it to load back")
+    load_gb_s: float = Field(DEFAULT_LOAD_BANDWIDTH_GB_S, gt=0, description="weights' load bandwidth, GB/s")
+
+    @property
+    def cold_start_s(self) -> float:
+        return self.deployment.load_s(self.load_gb_s, ENGINE_START_S)
 
     @property
     def deployment(self) -> Deployment:
@@ -99,10 +108,28 @@ class ProviderApi(_Strict):
         return self
 
 
+class Gateway(_Strict):
+    """A firsttoken gateway between the users and the option: near them, its connections across the ocean
+    kept warm (no handshakes on the long way), its edge cache answering repeated questions."""
+
+    place: str = Field(description="where it runs: a city, a region code or lat,lon")
+    usd_per_month: float = Field(0.0, ge=0, description="what running it costs")
+
+    @model_validator(mode="after")
+    def _resolves(self) -> Gateway:
+        _place(self.place)
+        return self
+
+    @property
+    def where(self) -> Place:
+        return _place(self.place)
+
+
 class Option(_Strict):
     name: str = Field(min_length=1)
     self_hosted: SelfHosted | None = None
     api: ProviderApi | None = None
+    gateway: Gateway | None = None
 
     @model_validator(mode="after")
     def _one_kind(self) -> Option:

@@ -24,27 +24,38 @@ from firsttoken.plan.workload import draw
 from firsttoken.sim.engine import Engine, Sequence
 
 API_TTFT_SIGMA = 0.25  # the spread of a provider's time to first token around its median (of the log), chosen
+# A repeated question answered from the gateway's edge cache: its exact hit's time end to end, measured at
+# 0.13–0.16 ms p50 (docs/benchmarks.md), rounded up; the answer goes out whole at once, streamed or not.
+CACHE_HIT_S = 0.0005
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Journey:
     """One request, its times in virtual seconds from the start of the run."""
 
     city: int  # index into the scenario's cities
-    route: Route
+    near: Route  # from the user to the gateway, or to the option when there is none
     prompt: int
     answer: int
     sent: float  # the user pressed send
     handshakes_s: float  # paid before the request could leave (0 on a connection already open)
-    arrived: float = 0.0  # at the option
+    repeat: bool  # asked before in the same words
+    far: Route | None = None  # from the gateway to the option (its connections warm): None when answered at the gateway
+    arrived: float = 0.0  # where it is answered (the option, or the gateway's cache)
     admitted: float = 0.0  # a replica started on it (its queue ends)
-    first_token: float = 0.0  # at the option
-    finished: float = 0.0  # its last token, at the option
+    cold_s: float = 0.0  # of its queue, the part spent waiting for the model to load
+    first_token: float = 0.0  # where it is answered
+    finished: float = 0.0  # its last token, there
     refused: bool = False  # it could never fit the replica's KV cache
 
     @property
     def one_way_s(self) -> float:
-        return self.route.rtt_ms / 2000
+        """From the user to where it is answered, or back."""
+        return (self.near.rtt_ms + (self.far.rtt_ms if self.far is not None else 0.0)) / 2000
+
+    @property
+    def legs(self) -> tuple[Route, ...]:
+        return (self.near,) if self.far is None else (self.near, self.far)
 
 
 @dataclass
@@ -52,14 +63,17 @@ class Run:
     option: Option
     journeys: list[Journey]
     busy_s: float  # of all replicas' time, what they spent running steps (0 for an API)
+    loaded_s: float  # of all replicas' time, what they had the model loaded (billed): 0 for an API
     replicas: int
     ended: float  # when the last answer was done: past the traffic's end when a queue had to drain
+    cold_starts: int = 0
 
 
 def traffic(scenario: Scenario, routes: list[Route]) -> list[Journey]:
     """The requests the users send during the run: Poisson arrivals, each from a city drawn by its share,
-    on a connection already open with the scenario's `reuse` probability. The same seed draws the same
-    traffic for every option, so options are compared on identical requests."""
+    on a connection already open with the scenario's `reuse` probability, a repeat of an earlier question
+    with the workload's `repeats`. The same seed draws the same traffic for every option, so options are
+    compared on identical requests."""
     rng = np.random.default_rng(scenario.seed)
     users = scenario.users
     expected = users.rate_per_s * scenario.duration_s
@@ -69,39 +83,63 @@ def traffic(scenario: Scenario, routes: list[Route]) -> list[Journey]:
     shares = np.array([c.share for c in users.cities])
     cities = rng.choice(len(shares), size=len(sent), p=shares / shares.sum())
     reused = rng.random(len(sent)) < users.reuse
+    repeats = rng.random(len(sent)) < scenario.workload.repeats
     prompts, answers = draw(scenario.workload.preset, len(sent), rng)
-    return [Journey(int(c), routes[c], int(p), int(a), float(t), 0.0 if warm else routes[c].handshakes_ms / 1000)
-            for c, p, a, t, warm in zip(cities, prompts, answers, sent, reused, strict=True)]
+    return [Journey(int(c), routes[c], int(p), int(a), float(t), 0.0 if warm else routes[c].handshakes_ms / 1000,
+                    bool(again))
+            for c, p, a, t, warm, again in zip(cities, prompts, answers, sent, reused, repeats, strict=True)]
 
 
 def routes_to(scenario: Scenario, option: Option) -> list[Route]:
+    """From each city to the option's first stop: its gateway when it has one."""
     users = scenario.users
-    return [route(city.where, option.where, scenario.path_factor,
+    first = option.gateway.where if option.gateway is not None else option.where
+    return [route(city.where, first, scenario.path_factor,
                   users.last_mile_ms if city.last_mile_ms is None else city.last_mile_ms)
             for city in users.cities]
 
 
 def simulate(scenario: Scenario, option: Option) -> Run:
     journeys = traffic(scenario, routes_to(scenario, option))
+    gateway = option.gateway
+    if gateway is not None:  # a data centre to a data centre: no last mile on the long way
+        far = route(gateway.where, option.where, scenario.path_factor, 0.0)
+        for journey in journeys:
+            journey.far = None if journey.repeat else far
+    upstream = []
     for journey in journeys:
         journey.arrived = journey.sent + journey.handshakes_s + journey.one_way_s
-    journeys.sort(key=lambda j: j.arrived)
-    busy, replicas = 0.0, 0
+        if gateway is not None and journey.repeat:  # the edge cache has it
+            journey.admitted = journey.arrived
+            journey.first_token = journey.finished = journey.arrived + CACHE_HIT_S
+        else:
+            upstream.append(journey)
+    upstream.sort(key=lambda j: j.arrived)
+    busy = loaded = 0.0
+    replicas = starts = 0
+    ended = max(max((j.arrived for j in journeys), default=0.0), scenario.duration_s)
     if option.self_hosted is not None:
-        busy, replicas = _self_hosted(option.self_hosted, journeys), option.self_hosted.replicas
+        busy, loaded, starts, ended = _self_hosted(option.self_hosted, upstream, ended)
+        replicas = option.self_hosted.replicas
     else:
         assert option.api is not None
-        _api(option.api, journeys, np.random.default_rng(scenario.seed + 1))
-    ended = max((j.finished for j in journeys), default=0.0)
-    return Run(option, journeys, busy, replicas, max(ended, scenario.duration_s))
+        _api(option.api, upstream, np.random.default_rng(scenario.seed + 1))
+    ended = max(ended, max((j.finished for j in journeys), default=0.0))
+    return Run(option, journeys, busy, loaded, replicas, ended, starts)
 
 
 class _Replica:
-    """A replica's engine as a SimPy process: sim/replica.py's loop, in virtual time."""
+    """A replica's engine as a SimPy process: sim/replica.py's loop, in virtual time. With `idle_unload_s`
+    (scale to zero) a replica left idle that long unloads its model, and the next request waits for it to
+    load back; the requests that waited meanwhile record that part of their wait."""
 
-    def __init__(self, env: simpy.Environment, engine: Engine) -> None:
+    def __init__(self, env: simpy.Environment, engine: Engine, idle_unload_s: float | None, load_s: float) -> None:
         self.env, self.engine = env, engine
+        self.idle_unload_s, self.load_s = idle_unload_s, load_s
         self.busy_s = 0.0
+        self.loaded_since: float | None = 0.0  # None while unloaded
+        self.loaded_s = 0.0
+        self.loads = 0
         self._wake: simpy.Event | None = None
         env.process(self._run())
 
@@ -114,23 +152,46 @@ class _Replica:
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
 
+    def close(self, at: float) -> None:
+        if self.loaded_since is not None:
+            self.loaded_s += at - self.loaded_since
+
     def _run(self) -> Generator[simpy.Event, Any, None]:
+        env = self.env
         while True:
             if not self.engine.busy:
-                self._wake = self.env.event()
-                yield self._wake
-            step = self.engine.step(self.env.now)
+                self._wake = env.event()
+                if self.loaded_since is not None and self.idle_unload_s is not None:
+                    idle = env.timeout(self.idle_unload_s)
+                    yield self._wake | idle
+                    if not self._wake.triggered:  # idle long enough: unloaded
+                        self.loaded_s += env.now - self.loaded_since
+                        self.loaded_since = None
+                        yield self._wake
+                else:
+                    yield self._wake
+            if self.loaded_since is None:
+                start = env.now
+                self.loaded_since = start  # billed from the moment it starts loading
+                yield env.timeout(self.load_s)
+                for sequence in self.engine.waiting:
+                    sequence.cold_s = env.now - max(sequence.arrived_at, start)
+                self.loads += 1
+            step = self.engine.step(env.now)
             if step is None:  # nothing admissible: submit() refuses what could never fit, so it cannot last
-                yield self.env.timeout(0.001)
+                yield env.timeout(0.001)
                 continue
             self.busy_s += step.duration
-            yield self.env.timeout(step.duration)
+            yield env.timeout(step.duration)
 
 
-def _self_hosted(hosted: SelfHosted, journeys: list[Journey]) -> float:
+def _self_hosted(hosted: SelfHosted, journeys: list[Journey], until: float) -> tuple[float, float, int, float]:
+    """Runs the journeys through the option's replicas: (busy seconds, loaded seconds, cold starts, the end),
+    the end no earlier than `until`, nor than the last replica unloading."""
     env = simpy.Environment()
     deployment = hosted.deployment
-    replicas = [_Replica(env, Engine(deployment)) for _ in range(hosted.replicas)]
+    replicas = [_Replica(env, Engine(deployment), hosted.idle_unload_s, hosted.cold_start_s)
+                for _ in range(hosted.replicas)]
     sequences: list[tuple[Journey, Sequence]] = []
 
     def arrivals() -> Generator[simpy.Event, Any, None]:
@@ -151,8 +212,11 @@ def _self_hosted(hosted: SelfHosted, journeys: list[Journey]) -> float:
         assert sequence.admitted_at is not None and sequence.first_token_at is not None
         assert sequence.finished_at is not None
         journey.admitted, journey.first_token = sequence.admitted_at, sequence.first_token_at
-        journey.finished = sequence.finished_at
-    return sum(r.busy_s for r in replicas)
+        journey.finished, journey.cold_s = sequence.finished_at, sequence.cold_s
+    end = max(env.now, until)
+    for replica in replicas:
+        replica.close(end)
+    return sum(r.busy_s for r in replicas), sum(r.loaded_s for r in replicas), sum(r.loads for r in replicas), end
 
 
 def _api(api: ProviderApi, journeys: list[Journey], rng: np.random.Generator) -> None:

@@ -14,7 +14,7 @@ from firsttoken.plan.simulate import Journey, Run
 HOURS_PER_MONTH = 730.0  # 365 × 24 / 12
 # The parts of a time to first token, in the order a request meets them. One round trip's worth of network
 # (the request out, the first token back) is split into the floor, the cables' detour and the last mile.
-PHASES = ("handshakes", "floor", "distance tax", "last mile", "queue", "prefill")
+PHASES = ("handshakes", "floor", "distance tax", "last mile", "cold start", "queue", "prefill")
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,8 @@ class OptionSummary:
     where: str
     requests: int
     refused: int
+    cache_hits: int  # answered by the gateway's edge cache
+    cold_starts: int  # models loaded back after scaling to zero
     ttft: Spread  # as the user sees it: the first token on screen (the whole answer, when not streamed)
     e2e: Spread  # the last token on screen
     tpot_ms: float  # median time per output token after the first, at the option
@@ -74,35 +76,38 @@ def summarise(scenario: Scenario, run: Run) -> OptionSummary:
     ttft, e2e = _felt(served, scenario.workload.stream)
     per_month = HOURS_PER_MONTH * 3600 / scenario.duration_s
     tokens = sum(j.prompt + j.answer for j in served) * per_month
-    hosted, api = run.option.self_hosted, run.option.api
-    if hosted is not None:
-        usd = hosted.usd_per_gpu_hour * hosted.tp * hosted.replicas * HOURS_PER_MONTH
+    upstream = [j for j in served if j.far is not None or run.option.gateway is None]
+    hosted, api, gateway = run.option.self_hosted, run.option.api, run.option.gateway
+    if hosted is not None:  # billed while loaded: always, unless it scales to zero
+        usd = hosted.usd_per_gpu_hour * hosted.tp * run.loaded_s / run.ended * HOURS_PER_MONTH
         utilisation: float | None = run.busy_s / (run.ended * run.replicas)
     else:
         assert api is not None
         usd = sum(j.prompt * api.usd_per_million_input + j.answer * api.usd_per_million_output
-                  for j in served) / 1e6 * per_month
+                  for j in upstream) / 1e6 * per_month
         utilisation = None
+    usd += gateway.usd_per_month if gateway is not None else 0.0
     phases = {
         "handshakes": _mean([j.handshakes_s for j in served]),
-        "floor": _mean([j.route.floor_ms / 1000 for j in served]),
-        "distance tax": _mean([j.route.distance_tax_ms / 1000 for j in served]),
-        "last mile": _mean([j.route.last_mile_ms / 1000 for j in served]),
-        "queue": _mean([j.admitted - j.arrived for j in served]),
+        "floor": _mean([sum(leg.floor_ms for leg in j.legs) / 1000 for j in served]),
+        "distance tax": _mean([sum(leg.distance_tax_ms for leg in j.legs) / 1000 for j in served]),
+        "last mile": _mean([sum(leg.last_mile_ms for leg in j.legs) / 1000 for j in served]),
+        "cold start": _mean([j.cold_s for j in served]),
+        "queue": _mean([j.admitted - j.arrived - j.cold_s for j in served]),
         "prefill": _mean([j.first_token - j.admitted for j in served]),
     }
-    tpot = [(j.finished - j.first_token) / (j.answer - 1) for j in served if j.answer > 1]
+    tpot = [(j.finished - j.first_token) / (j.answer - 1) for j in upstream if j.answer > 1]
     cities = []
     for index, city in enumerate(scenario.users.cities):
         mine = [i for i, j in enumerate(served) if j.city == index]
-        first = next((served[i].route for i in mine), None)
-        cities.append(CitySummary(city.place, len(mine), first.floor_ms if first else float("nan"),
-                                  first.rtt_ms if first else float("nan"), Spread.of(ttft[mine]),
+        legs = next((served[i].legs for i in mine if served[i] in upstream), ())
+        cities.append(CitySummary(city.place, len(mine), sum(leg.floor_ms for leg in legs) if legs else float("nan"),
+                                  sum(leg.rtt_ms for leg in legs) if legs else float("nan"), Spread.of(ttft[mine]),
                                   Spread.of(e2e[mine])))
     return OptionSummary(
         run.option.name, run.option.where.code or run.option.where.name, len(served),
-        len(run.journeys) - len(served), Spread.of(ttft), Spread.of(e2e),
-        float(np.median(tpot)) * 1000 if tpot else float("nan"), phases,
+        len(run.journeys) - len(served), len(served) - len(upstream), run.cold_starts, Spread.of(ttft),
+        Spread.of(e2e), float(np.median(tpot)) * 1000 if tpot else float("nan"), phases,
         _mean([j.finished - j.first_token for j in served]), utilisation, usd,
         usd / tokens * 1e6 if tokens else float("nan"), cities)
 
