@@ -131,7 +131,7 @@ def test_the_command_compares_the_shipped_example_in_the_terminal_and_as_json() 
     answer = runner.invoke(main, ["plan", str(EXAMPLE), "--duration", "60", "--json"])
     assert answer.exit_code == 0, answer.output
     plan = json.loads(answer.output)
-    assert len(plan["options"]) == 5 and plan["recommendation"]
+    assert len(plan["options"]) == 7 and plan["recommendation"]
     lagos = next(o for o in plan["options"] if o["name"].startswith("Lagos"))
     virginia = next(o for o in plan["options"] if o["name"].startswith("us-east-1"))
     assert lagos["ttft"]["p95"] < virginia["ttft"]["p95"]  # the ocean is not free
