@@ -9,6 +9,7 @@ import click
 from rich.console import Console
 from rich.progress import Progress
 
+from firsttoken.plan import report
 from firsttoken.plan.render import show
 from firsttoken.plan.scenario import ScenarioError, load
 from firsttoken.plan.simulate import simulate
@@ -22,7 +23,9 @@ err = Console(stderr=True, highlight=False)
 @click.option("--duration", "duration_s", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Virtual seconds of traffic (overrides the scenario's duration_s).")
 @click.option("--json", "as_json", is_flag=True, help="The results as JSON on stdout.")
-def plan(scenario_path: str, duration_s: float | None, as_json: bool) -> None:
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Also write the report as one self-contained HTML page (map, charts, tables) here.")
+def plan(scenario_path: str, duration_s: float | None, as_json: bool, html_path: str | None) -> None:
     """Which option should these users' requests go to? Each option runs the scenario's traffic through the
     simulated region's engine in virtual time; the table says what users in each city would feel, and
     what it would cost."""
@@ -40,6 +43,13 @@ def plan(scenario_path: str, duration_s: float | None, as_json: bool) -> None:
             progress.update(task, description=option.name)
             summaries.append(summarise(scenario, simulate(scenario, option)))
             progress.advance(task)
+    if html_path is not None:
+        try:
+            written = report.write(html_path, scenario, summaries)
+        except OSError as exc:
+            err.print(f"firsttoken plan: cannot write {html_path}: {exc.strerror or exc}", markup=False)
+            sys.exit(2)
+        err.print(f"report: {written.resolve().as_uri()}", markup=False)
     if as_json:
         click.echo(json.dumps({"scenario": scenario.name, "options": [s.as_json() for s in summaries],
                                "recommendation": recommend(summaries)}, indent=2))

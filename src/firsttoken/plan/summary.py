@@ -58,6 +58,7 @@ class OptionSummary:
     usd_per_month: float
     usd_per_million_tokens: float
     cities: list[CitySummary]
+    ttft_cdf: list[float]  # seconds at the 0th, 1st, …, 100th percentile: the CDF of time to first token
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -109,7 +110,8 @@ def summarise(scenario: Scenario, run: Run) -> OptionSummary:
         len(run.journeys) - len(served), len(served) - len(upstream), run.cold_starts, Spread.of(ttft),
         Spread.of(e2e), float(np.median(tpot)) * 1000 if tpot else float("nan"), phases,
         _mean([j.finished - j.first_token for j in served]), utilisation, usd,
-        usd / tokens * 1e6 if tokens else float("nan"), cities)
+        usd / tokens * 1e6 if tokens else float("nan"), cities,
+        [float(v) for v in np.percentile(ttft, np.arange(101))] if len(ttft) else [])
 
 
 def _mean(values: list[float]) -> float:

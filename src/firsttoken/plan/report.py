@@ -1,0 +1,143 @@
+"""The plan as one self-contained HTML page: the recommendation, a map of the users and the options (and the
+way between them), the CDF of time to first token per option, where that time goes (a waterfall per option),
+and the tables. Everything it needs is inside it: the dashboard's vendored uPlot, topojson-client and
+Natural Earth's land outline, inlined, so it opens offline and can be mailed."""
+
+from __future__ import annotations
+
+import html
+import json
+from importlib import resources
+from pathlib import Path
+
+from firsttoken.plan.scenario import Scenario
+from firsttoken.plan.summary import PHASES, OptionSummary, recommend
+
+# Distinct on white and in print; the recommended option is drawn thicker rather than in its own colour.
+COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#7f7f7f",
+           "#bcbd22")
+PHASE_COLOURS = {"handshakes": "#e45756", "floor": "#4c78a8", "distance tax": "#9ecae9", "last mile": "#72b7b2",
+                 "cold start": "#b279a2", "queue": "#f58518", "prefill": "#54a24b"}
+_VENDOR = resources.files("firsttoken.dashboard") / "assets" / "vendor"
+_ASSETS = resources.files("firsttoken.plan") / "assets"
+
+STYLE = """
+body { font: 15px/1.45 system-ui, sans-serif; color: #1d2430; margin: 2rem auto; max-width: 1000px; padding: 0 1rem; }
+h1 { font-size: 1.6rem; margin-bottom: .2rem; } h2 { font-size: 1.15rem; margin-top: 2.2rem; }
+.lede { font-size: 1.2rem; background: #f2f6fb; border-left: 4px solid #1f77b4; padding: .8rem 1rem; }
+.muted { color: #5b6575; } table { border-collapse: collapse; width: 100%; font-variant-numeric: tabular-nums; }
+th, td { padding: .35rem .5rem; border-bottom: 1px solid #e3e8ef; text-align: right; }
+th:first-child, td:first-child { text-align: left; } tr.best td { font-weight: 600; }
+.swatch { display: inline-block; width: .8em; height: .8em; margin-right: .4em; vertical-align: -0.05em; }
+#map { width: 100%; height: auto; display: block; } .sea { fill: #eef3f9; }
+.land { fill: #d9dfe8; stroke: #c5cdd9; stroke-width: .5px; vector-effect: non-scaling-stroke; }
+.way { fill: none; opacity: .45; } .way.best { opacity: .9; } .user { fill: #1d2430; fill-opacity: .75; }
+.option, .gateway { stroke: #fff; stroke-width: 1px; vector-effect: non-scaling-stroke; }
+text { paint-order: stroke; stroke: #eef3f9; stroke-width: 3px; fill: #1d2430; vector-effect: non-scaling-stroke; }
+.waterfall text { stroke: none; font-size: 11px; } .u-legend { font-size: 13px; }
+.u-legend .u-marker { width: .8em; height: .8em; display: inline-block; margin-right: .3em; }
+.u-legend .u-series:first-child { display: none; }
+"""
+
+
+def _s(seconds: float) -> str:
+    return f"{seconds:.2f} s" if seconds >= 1 else f"{seconds * 1000:.0f} ms"
+
+
+def _waterfall(summaries: list[OptionSummary], colours: dict[str, str]) -> str:
+    """A bar per option: the parts of its mean time to first token, one after the other, to scale."""
+    longest = max(sum(s.phases.values()) for s in summaries) or 1.0
+    label_w, bar_w, row_h = 260, 660, 30
+    rows = []
+    for i, s in enumerate(summaries):
+        y, x = i * row_h + 18, float(label_w)
+        rows.append(f'<text x="0" y="{y + 14}"><tspan fill="{colours[s.name]}">■</tspan> {html.escape(s.name)}</text>')
+        for phase in PHASES:
+            width = s.phases[phase] / longest * bar_w
+            if width <= 0:
+                continue
+            title = f"{phase}: {_s(s.phases[phase])}"
+            rows.append(f'<rect x="{x:.1f}" y="{y}" width="{width:.1f}" height="20" fill="{PHASE_COLOURS[phase]}">'
+                        f"<title>{html.escape(title)}</title></rect>")
+            x += width
+        rows.append(f'<text x="{x + 6:.1f}" y="{y + 14}">{_s(sum(s.phases.values()))}</text>')
+    legend = " ".join(f'<tspan fill="{c}">■</tspan> {p}' for p, c in PHASE_COLOURS.items())
+    height = len(summaries) * row_h + 40
+    return (f'<svg class="waterfall" viewBox="0 0 980 {height}" width="100%">'
+            f'<text x="{label_w}" y="10">{legend}</text>{"".join(rows)}</svg>')
+
+
+def _options_table(summaries: list[OptionSummary], colours: dict[str, str], best: str) -> str:
+    head = ("option", "where", "TTFT p50", "TTFT p95", "E2E p50", "E2E p95", "per token", "cache hits",
+            "cold starts", "$ / month", "$ / M tokens")
+    rows = []
+    for s in sorted(summaries, key=lambda s: s.ttft.p95):
+        cells = [f'<span class="swatch" style="background:{colours[s.name]}"></span>{html.escape(s.name)}',
+                 html.escape(s.where), _s(s.ttft.p50), _s(s.ttft.p95), _s(s.e2e.p50), _s(s.e2e.p95),
+                 f"{s.tpot_ms:.1f} ms", f"{s.cache_hits / max(s.requests, 1):.0%}", str(s.cold_starts),
+                 f"{s.usd_per_month:,.0f}", f"{s.usd_per_million_tokens:.2f}"]
+        rows.append(f'<tr class="{"best" if s.name == best else ""}">' + "".join(f"<td>{c}</td>" for c in cells)
+                    + "</tr>")
+    return ('<table class="options"><thead><tr>' + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"
+            + "".join(rows) + "</tbody></table>")
+
+
+def _cities_table(scenario: Scenario, summaries: list[OptionSummary]) -> str:
+    head = "".join(f"<th>{html.escape(s.name)}</th>" for s in summaries)
+    rows = []
+    for i, city in enumerate(scenario.users.cities):
+        cells = "".join(f"<td>{_s(s.cities[i].ttft.p95)}<br><span class=muted>light {s.cities[i].floor_ms:.0f} ms"
+                        f"</span></td>" for s in summaries)
+        rows.append(f"<tr><td>{html.escape(city.place)}</td>{cells}</tr>")
+    return (f'<table class="cities"><thead><tr><th>TTFT p95</th>{head}</tr></thead>'
+            f"<tbody>{''.join(rows)}</tbody></table>")
+
+
+def render(scenario: Scenario, summaries: list[OptionSummary]) -> str:
+    colours = {s.name: COLOURS[i % len(COLOURS)] for i, s in enumerate(summaries)}
+    best = min(summaries, key=lambda s: s.ttft.p95).name
+    plan = {
+        "users": [{"name": c.place, "lat": c.where.lat, "lon": c.where.lon,
+                   "share": c.share / sum(u.share for u in scenario.users.cities)} for c in scenario.users.cities],
+        "options": [{"name": o.name, "lat": o.where.lat, "lon": o.where.lon, "color": colours[o.name],
+                     "best": o.name == best, "ttft_cdf": s.ttft_cdf,
+                     "gateway": ({"lat": o.gateway.where.lat, "lon": o.gateway.where.lon} if o.gateway else None)}
+                    for o, s in zip(scenario.options, summaries, strict=True)],
+    }
+    users = scenario.users
+    facts = (f"{users.rate_per_s:g} requests a second from {len(users.cities)} cities, {scenario.workload.preset}, "
+             f"{'streamed' if scenario.workload.stream else 'whole answers'}; {scenario.duration_s:g} s of traffic "
+             f"simulated through the simulated region's engine")
+    script = lambda text: "<script>" + text.replace("</script", "<\\/script") + "</script>"  # noqa: E731
+    return "\n".join([
+        "<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{html.escape(scenario.name)}: firsttoken plan</title>",
+        f"<style>{(_VENDOR / 'uPlot.min.css').read_text()}{STYLE}</style>",
+        script((_VENDOR / "uPlot.iife.min.js").read_text()), script((_VENDOR / "topojson-client.min.js").read_text()),
+        "</head><body>",
+        f"<h1>{html.escape(scenario.name)}</h1><p class=muted>{html.escape(facts)}</p>",
+        f'<p class="lede">{html.escape(recommend(summaries))}</p>',
+        "<h2>Where the users and the options are</h2>",
+        '<p class=muted>Circles: the users, by their share of the traffic. Squares: the options; triangles: their '
+        "gateways. Lines: the way each city's requests take; the recommended option's is thicker.</p>",
+        '<svg id="map" role="img" aria-label="map of users and options"></svg>',
+        "<h2>Time to first token, as the users feel it</h2>",
+        "<p class=muted>For each option, the time within which each share of the requests saw its first token.</p>",
+        '<div id="cdf"></div>',
+        "<h2>Where the first token's time goes</h2><p class=muted>The mean of each part, to scale.</p>",
+        _waterfall(summaries, colours),
+        "<h2>The options</h2>", _options_table(summaries, colours, best),
+        "<h2>By city</h2>", _cities_table(scenario, summaries),
+        "<p class=muted>Map: Natural Earth 1:110m land (public domain), via world-atlas. Charts: uPlot.</p>",
+        script("const PLAN = " + json.dumps(plan) + ";\nconst LAND = " + (_VENDOR / "land-110m.json").read_text()
+               + ";"),
+        script((_ASSETS / "report.js").read_text()),
+        "</body></html>",
+    ])
+
+
+def write(path: str | Path, scenario: Scenario, summaries: list[OptionSummary]) -> Path:
+    target = Path(path)
+    target.write_text(render(scenario, summaries), encoding="utf-8")
+    return target
