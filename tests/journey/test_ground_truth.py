@@ -20,7 +20,6 @@ import yaml
 
 from firsttoken.lab.delayline import DelayLine
 from support.measure import PREFILL_SLACK_MS, one_sample, typical
-from support.netns import wait_for_port
 from support.one_story import assert_one_story
 
 pytestmark = pytest.mark.quiet  # finds a 120 ms round trip within 5 %: not beside a loaded gateway
@@ -74,7 +73,7 @@ def journeys(line: DelayLine, tmp_path_factory) -> list[dict]:
     line.run_in(line.server_ns, [sys.executable, "-m", "firsttoken", "sim", "--host", line.server_ip,
                                  "--port", str(SIM_PORT), *SIM_MODEL],
                 stdout=subprocess.DEVNULL, stderr=(work / "sim.log").open("w"))
-    wait_for_port(line, line.client_ns, line.server_ip, SIM_PORT)
+    line.wait_for_port(line.client_ns, line.server_ip, SIM_PORT)
     config = work / "firsttoken.yaml"
     # every request must cross to the upstream: the edge cache (on by default) has its own tests
     config.write_text(yaml.safe_dump({"cache": False, "upstreams": {"far": {
@@ -130,7 +129,7 @@ def traced(line: DelayLine, tmp_path_factory) -> dict:
     line.run_in(line.server_ns, [sys.executable, "-m", "firsttoken", "sim", "--host", line.server_ip,
                                  "--port", str(TLS_SIM_PORT), "--tls-cert", str(work / "server.pem"), *SIM_MODEL],
                 stdout=subprocess.DEVNULL, stderr=(work / "sim.log").open("w"))
-    wait_for_port(line, line.client_ns, line.server_ip, TLS_SIM_PORT)
+    line.wait_for_port(line.client_ns, line.server_ip, TLS_SIM_PORT)
     done = line.run(line.client_ns, [sys.executable, "-m", "firsttoken", "trace",
                                      f"https://{line.server_ip}:{TLS_SIM_PORT}/v1", "--model", "llama-3.3-70b",
                                      "--max-tokens", "40", "-n", "4", "--json", "--from", "lagos",

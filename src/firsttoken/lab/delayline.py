@@ -31,6 +31,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
@@ -409,6 +410,16 @@ class DelayLine:
         """Run ``argv`` to completion inside namespace ``ns`` (a :func:`subprocess.run` wrapper)."""
         self._require_open()
         return subprocess.run(self.exec_prefix(ns) + list(argv), timeout=timeout, **run_kwargs)
+
+    def wait_for_port(self, ns: str, host: str, port: int, timeout_s: float = 20.0) -> None:
+        """Until something in namespace ``ns`` accepts connections on host:port; RuntimeError after ``timeout_s``."""
+        probe = f"import socket; socket.create_connection(({host!r}, {port}), timeout=1).close()"
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.run(ns, [sys.executable, "-c", probe], capture_output=True).returncode == 0:
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"nothing listening on {host}:{port} in {ns}")
 
     def _require_open(self) -> None:
         if not self._opened or self._closed:
