@@ -188,3 +188,10 @@ def test_scaled_to_zero_a_model_loads_back_after_an_idle_spell_and_is_billed_whi
                                                                         scenario(rate=0.01, duration=3000).options[0]))
     assert summary.usd_per_month < always_on.usd_per_month * 0.8
     assert summary.usd_per_month == pytest.approx(4.0 * 730 * run.loaded_s / run.ended)
+
+
+def test_options_run_in_processes_of_their_own_give_the_same_plan() -> None:
+    from firsttoken.plan.compare import compare
+
+    plan = scenario(rate=1, duration=60)
+    assert compare(plan, processes=2) == compare(plan)

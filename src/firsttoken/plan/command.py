@@ -10,10 +10,10 @@ from rich.console import Console
 from rich.progress import Progress
 
 from firsttoken.plan import report
+from firsttoken.plan.compare import compare
 from firsttoken.plan.render import show
 from firsttoken.plan.scenario import ScenarioError, load
-from firsttoken.plan.simulate import simulate
-from firsttoken.plan.summary import OptionSummary, recommend, summarise
+from firsttoken.plan.summary import recommend
 
 err = Console(stderr=True, highlight=False)
 
@@ -25,7 +25,9 @@ err = Console(stderr=True, highlight=False)
 @click.option("--json", "as_json", is_flag=True, help="The results as JSON on stdout.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Also write the report as one self-contained HTML page (map, charts, tables) here.")
-def plan(scenario_path: str, duration_s: float | None, as_json: bool, html_path: str | None) -> None:
+@click.option("--processes", type=click.IntRange(1, 256), default=1, show_default=True,
+              help="Options simulated at once, each in a process of its own.")
+def plan(scenario_path: str, duration_s: float | None, as_json: bool, html_path: str | None, processes: int) -> None:
     """Which option should these users' requests go to? Each option runs the scenario's traffic through the
     simulated region's engine in virtual time; the table says what users in each city would feel, and
     what it would cost."""
@@ -36,13 +38,9 @@ def plan(scenario_path: str, duration_s: float | None, as_json: bool, html_path:
         sys.exit(2)
     if duration_s is not None:
         scenario = scenario.model_copy(update={"duration_s": duration_s})
-    summaries: list[OptionSummary] = []
     with Progress(console=err, transient=True, disable=as_json) as progress:
-        task = progress.add_task("simulating", total=len(scenario.options))
-        for option in scenario.options:
-            progress.update(task, description=option.name)
-            summaries.append(summarise(scenario, simulate(scenario, option)))
-            progress.advance(task)
+        task = progress.add_task(f"simulating {len(scenario.options)} options", total=len(scenario.options))
+        summaries = compare(scenario, lambda name: progress.advance(task), processes)
     if html_path is not None:
         try:
             written = report.write(html_path, scenario, summaries)
