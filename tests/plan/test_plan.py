@@ -195,3 +195,14 @@ def test_options_run_in_processes_of_their_own_give_the_same_plan() -> None:
 
     plan = scenario(rate=1, duration=60)
     assert compare(plan, processes=2) == compare(plan)
+
+
+@pytest.mark.parametrize("kwargs", [{"rate": 3}, {"rate": 30, "replicas": 3}, {"rate": 40},
+                                    {"rate": 0.05, "idle_unload_s": 20}])
+def test_skipping_ahead_through_pure_decode_gives_the_same_journeys_as_stepping(kwargs: dict) -> None:
+    plan = scenario(duration=60, **kwargs)
+    fast, slow = (simulate(plan, plan.options[0], fast=f) for f in (True, False))
+    for a, b in zip(fast.journeys, slow.journeys, strict=True):
+        assert (a.admitted, a.first_token, a.finished, a.cold_s) == pytest.approx(
+            (b.admitted, b.first_token, b.finished, b.cold_s), abs=1e-9)
+    assert fast.busy_s == pytest.approx(slow.busy_s, rel=1e-9)

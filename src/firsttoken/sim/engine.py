@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from firsttoken.sim.roofline import Deployment
 
 # Tokens per step, decode and prefill together (vLLM's max_num_batched_tokens, TensorRT-LLM's
@@ -137,6 +139,42 @@ class Engine:
         if step.finished:
             done = set(map(id, step.finished))
             self.running = [s for s in self.running if id(s) not in done]
+            self.kv_used -= sum(s.kv_reserved for s in step.finished)
+        return step
+
+    def skip_ahead(self, now: float, until: float) -> Step | None:
+        """Several steps at once, all ending by `until`, where nothing can change but the tokens: every running
+        sequence decoding, none waiting that could be admitted, none finishing before the last of them. The
+        same sequences, tokens and times as calling step() over and over, at the cost of one (the planner's
+        fast path: the live region steps one at a time). None when fewer than two such steps fit."""
+        self._admit(now)
+        running = self.running
+        if not running or any(s.prefilled < s.prompt_tokens for s in running):
+            return None
+        left = min(s.max_output - s.generated for s in running)
+        if left < 2:
+            return None
+        batch, context = len(running), sum(s.context for s in running)
+        if until != float("inf"):  # no more steps than could fit: the first is the shortest (contexts grow)
+            first = self.deployment.mixed_step_s(batch, context, 0, 0)
+            if now + 2 * first > until:
+                return None
+            left = min(left, int((until - now) / first) + 1)
+        durations = self.deployment.decode_steps_s(batch, context, left)
+        ends = now + np.cumsum(durations)
+        count = int(np.searchsorted(ends, until, side="right"))  # the steps that end by `until`
+        if count < 2:
+            return None
+        end = float(ends[count - 1])
+        step = Step(end - now, tokens=list(running))
+        for sequence in running:
+            sequence.generated += count
+            if sequence.generated >= sequence.max_output:
+                sequence.finished_at = end
+                step.finished.append(sequence)
+        if step.finished:
+            done = set(map(id, step.finished))
+            self.running = [s for s in running if id(s) not in done]
             self.kv_used -= sum(s.kv_reserved for s in step.finished)
         return step
 

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
 
 from firsttoken.sim.catalogue import BYTES_PER_PARAM, KV_BYTES_PER_ELEMENT, Gpu, Model
 
@@ -166,16 +169,28 @@ class Deployment:
         `prefill_offset` tokens into its prompt. The weights are read once for both; compute adds up."""
         if decode_batch < 0 or prefill_tokens < 0 or decode_batch + prefill_tokens < 1:
             raise ValueError(f"mixed_step_s: nothing to run (decode_batch {decode_batch}, prefill {prefill_tokens})")
-        eff, m = self.efficiency, self.model
-        tokens = decode_batch + prefill_tokens
-        weights = m.weight_params_touched(tokens) * BYTES_PER_PARAM[self.precision] / self.tp
-        kv_read = (decode_context + prefill_offset) * self.kv_bytes_per_token_per_gpu
-        memory_s = (weights + kv_read + prefill_tokens * self.kv_bytes_per_token_per_gpu) / self._bandwidth()
         attended = decode_context + prefill_tokens * (prefill_offset + prefill_tokens / 2)  # causal: half the chunk
-        attention = 4 * m.layers * m.heads * m.head_dim * attended
-        flops = 2 * m.active_params_b * 1e9 * tokens + attention
-        compute_s = flops / (self.tp * self.gpu.peak_flops(self.precision) * eff.prefill_compute)
+        memory_s, compute_s = self._step_parts(decode_batch + prefill_tokens,
+                                               decode_context + prefill_offset + prefill_tokens, attended)
         return max(memory_s, compute_s) + self._fixed_s()
+
+    def decode_steps_s(self, batch: int, context: int, count: int) -> np.ndarray:
+        """`count` decode steps in a row of the same `batch` sequences, holding `context` tokens in all at the
+        first (each step adds `batch`): what mixed_step_s gives each, computed at once (the planner skips
+        ahead through stretches of pure decode with it)."""
+        contexts = context + batch * np.arange(count, dtype=np.float64)
+        memory_s, compute_s = self._step_parts(batch, contexts, contexts)
+        return np.maximum(memory_s, compute_s) + self._fixed_s()
+
+    def _step_parts(self, tokens: int, kv_tokens: Any, attended: Any) -> tuple[Any, Any]:
+        """A step's memory time and compute time: the weights `tokens` touch and `kv_tokens` of KV read or
+        written, against their matmuls and attention over `attended` token pairs. Scalars or arrays alike."""
+        eff, m = self.efficiency, self.model
+        weights = m.weight_params_touched(tokens) * BYTES_PER_PARAM[self.precision] / self.tp
+        memory_s = (weights + kv_tokens * self.kv_bytes_per_token_per_gpu) / self._bandwidth()
+        flops = 2 * m.active_params_b * 1e9 * tokens + 4 * m.layers * m.heads * m.head_dim * attended
+        compute_s = flops / (self.tp * self.gpu.peak_flops(self.precision) * eff.prefill_compute)
+        return memory_s, compute_s
 
     def load_s(self, load_bandwidth_gb_s: float = DEFAULT_LOAD_BANDWIDTH_GB_S,
                engine_start_s: float = ENGINE_START_S) -> float:
