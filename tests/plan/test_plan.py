@@ -206,3 +206,35 @@ def test_skipping_ahead_through_pure_decode_gives_the_same_journeys_as_stepping(
         assert (a.admitted, a.first_token, a.finished, a.cold_s) == pytest.approx(
             (b.admitted, b.first_token, b.finished, b.cold_s), abs=1e-9)
     assert fast.busy_s == pytest.approx(slow.busy_s, rel=1e-9)
+
+
+SEARCH = Path(__file__).resolve().parents[2] / "examples" / "lagos-search.yaml"
+
+
+def test_a_search_runs_its_grid_and_shows_the_options_nothing_beats_on_speed_and_cost() -> None:
+    from firsttoken.plan.search import grid, pareto
+
+    plan = load(SEARCH).model_copy(update={"duration_s": 60})
+    search = plan.search.model_copy(update={"vary": {**plan.search.vary, "model": ["llama-3.1-8b", "llama-3.1-405b"]}})
+    options, left_out = grid(search)
+    assert len(options) == 16 and len(left_out) == 16  # 405B does not fit two H100s, at any place
+    assert all("llama-3.1-405b" in reason for reason in left_out)
+    assert {o.self_hosted.usd_per_gpu_hour for o in options} == {3.5, 4.0, 5.5, 8.0}  # each place's price
+    summaries = [summarise(plan, simulate(plan, option)) for option in options]
+    front = pareto(summaries)
+    assert 1 < len(front) < len(summaries)
+    for s in summaries:  # nothing on the front is beaten on both; everything off it is, or nearly
+        cheaper = [f for f in front if f.usd_per_month <= s.usd_per_month and f is not s]
+        if s in front:
+            assert not any(o.usd_per_month <= s.usd_per_month and o.ttft.p95 < s.ttft.p95 * 0.99
+                           for o in summaries if o is not s)
+        else:
+            assert any(f.ttft.p95 <= s.ttft.p95 / 0.99 for f in cheaper)
+    runner = CliRunner()
+    answer = runner.invoke(main, ["plan", str(SEARCH), "--search", "--duration", "30", "--json"])
+    assert answer.exit_code == 0, answer.output
+    result = json.loads(answer.output)
+    assert len(result["options"]) == 32 and result["left_out"] == [] and result["front"]
+    assert set(result["front"]) <= {o["name"] for o in result["options"]}
+    plain = runner.invoke(main, ["plan", str(EXAMPLE), "--search"])
+    assert plain.exit_code == 2 and "no search: grid" in plain.output

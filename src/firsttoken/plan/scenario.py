@@ -5,7 +5,7 @@ city, a GPU or a model is reported with its key before anything runs."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -144,6 +144,26 @@ class Option(_Strict):
         return _place(served.place)
 
 
+class Search(_Strict):
+    """A grid of self-hosted options (`firsttoken plan --search`): every combination of the values under
+    `vary` (keys: any field of `self_hosted`, and `gateway`: a place, or null for none), on top of `base`."""
+
+    base: dict[str, Any] = Field(description="self_hosted: fields every option of the grid shares")
+    vary: dict[str, list[Any]] = Field(min_length=1)
+    usd_per_gpu_hour: dict[str, float] = Field(default_factory=dict,
+                                               description="a GPU-hour's price by place, where it differs")
+
+    @model_validator(mode="after")
+    def _known(self) -> Search:
+        allowed = set(SelfHosted.model_fields) | {"gateway"}
+        unknown = sorted(set(self.vary) - allowed)
+        if unknown:
+            raise ValueError(f"vary: unknown field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+        if any(not values for values in self.vary.values()):
+            raise ValueError("vary: each field needs at least one value")
+        return self
+
+
 class Scenario(_Strict):
     name: str
     seed: int = 0
@@ -152,10 +172,13 @@ class Scenario(_Strict):
                                description="how much longer the cables are than the great circle")
     users: Users
     workload: Workload = Field(default_factory=Workload)
-    options: list[Option] = Field(min_length=1)
+    options: list[Option] = Field(default_factory=list)
+    search: Search | None = None
 
     @model_validator(mode="after")
     def _distinct(self) -> Scenario:
+        if not self.options and self.search is None:
+            raise ValueError("options: at least one option (or a search: grid)")
         names = [o.name for o in self.options]
         if len(set(names)) != len(names):
             raise ValueError("options: each option needs a name of its own")
