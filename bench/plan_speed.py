@@ -1,9 +1,11 @@
-"""How fast `firsttoken plan` runs: a day of traffic (about a million requests) for one option, by hand.
+"""How fast `firsttoken plan` runs, by hand: a day of traffic (about a million requests) for one option, and
+a search of a hundred options.
 
     .venv/bin/python bench/plan_speed.py [--hours 24] [--rate 11.6] [--replicas 2]
+    .venv/bin/python bench/plan_speed.py --search [--hours 1] [--rate 4] [--processes 2]
 
-Prints the requests simulated, the engine steps taken, the wall time, and the same with skipping ahead
-turned off over a shorter stretch (one step at a time, as the live region runs), for the ratio.
+Prints the requests simulated and the wall time, and for one option the same with skipping ahead turned
+off over a shorter stretch (one step at a time, as the live region runs), for the ratio.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from firsttoken.plan.scenario import Scenario
+from firsttoken.plan.compare import compare
+from firsttoken.plan.scenario import Scenario, Search
+from firsttoken.plan.search import pareto, with_grid
 from firsttoken.plan.simulate import simulate
 
 
@@ -29,12 +33,33 @@ def timed(plan: Scenario, fast: bool) -> tuple[int, float]:
     return len(run.journeys), time.perf_counter() - started
 
 
+def search(hours: float, rate: float, processes: int) -> None:
+    """A hundred options: five places, two models, one to five replicas, with and without a gateway."""
+    plan = scenario(hours, rate, 1).model_copy(update={"options": [], "search": Search.model_validate({
+        "base": {"gpu": "h100", "usd_per_gpu_hour": 4},
+        "vary": {"place": ["aws:us-east-1", "aws:eu-west-1", "aws:af-south-1", "aws:me-south-1", "lagos"],
+                 "model": ["llama-3.1-8b", "qwen2.5-7b"], "replicas": [1, 2, 3, 4, 5], "gateway": [None, "lagos"]}})})
+    plan, left_out = with_grid(plan)
+    started = time.perf_counter()
+    summaries = compare(plan, processes=processes)
+    wall = time.perf_counter() - started
+    requests = sum(s.requests for s in summaries)
+    print(f"{len(summaries)} options ({len(left_out)} left out), {requests:,} requests, {processes} processes: "
+          f"{wall:.1f} s; {len(pareto(summaries))} on the front")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--hours", type=float, default=24.0)
-    parser.add_argument("--rate", type=float, default=11.6, help="requests a second (11.6: a million a day)")
+    parser.add_argument("--hours", type=float, default=None, help="of traffic (24 for one option, 1 for a search)")
+    parser.add_argument("--rate", type=float, default=None, help="requests a second (11.6: a million a day)")
     parser.add_argument("--replicas", type=int, default=2)
+    parser.add_argument("--search", action="store_true", help="a hundred options instead of one")
+    parser.add_argument("--processes", type=int, default=2)
     args = parser.parse_args()
+    if args.search:
+        search(args.hours or 1.0, args.rate or 4.0, args.processes)
+        return
+    args.hours, args.rate = args.hours or 24.0, args.rate or 11.6
     requests, wall = timed(scenario(args.hours, args.rate, args.replicas), fast=True)
     print(f"{requests:,} requests over {args.hours:g} h: {wall:.1f} s ({requests / wall:,.0f} requests/s)")
     short = scenario(min(args.hours, 1.0), args.rate, args.replicas)
