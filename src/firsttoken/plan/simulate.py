@@ -100,6 +100,8 @@ def routes_to(scenario: Scenario, option: Option) -> list[Route]:
 
 
 def simulate(scenario: Scenario, option: Option, fast: bool = True) -> Run:
+    """The scenario's traffic sent to one option: each journey's times filled in, and what the option spent.
+    `fast=False` steps the engine one step at a time (the reference skipping ahead is tested against)."""
     journeys = traffic(scenario, routes_to(scenario, option))
     gateway = option.gateway
     if gateway is not None:  # a data centre to a data centre: no last mile on the long way
