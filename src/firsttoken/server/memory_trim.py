@@ -16,6 +16,7 @@ import ctypes
 import ctypes.util
 import logging
 from collections.abc import Callable
+from typing import Any
 
 TRIM_EVERY_S = 10.0
 MMAP_THRESHOLD = 256 * 1024
@@ -24,20 +25,21 @@ _M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
 log = logging.getLogger("firsttoken.server")
 
 
-def _libc_function(name: str) -> Callable[..., int] | None:
+def _libc_function(name: str) -> Any:
+    """The C library's function `name`; None when there is no such library or function (not glibc)."""
     library = ctypes.util.find_library("c")
     if library is None:
         return None
     try:
-        return getattr(ctypes.CDLL(library), name)  # type: ignore[no-any-return]
-    except (OSError, AttributeError):  # not glibc
+        return getattr(ctypes.CDLL(library), name)
+    except (OSError, AttributeError):
         return None
 
 
 def _malloc_trim() -> Callable[[int], int] | None:
     trim = _libc_function("malloc_trim")
     if trim is not None:
-        trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int  # type: ignore[attr-defined]
+        trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
     return trim
 
 
@@ -49,7 +51,7 @@ def fix_mmap_threshold() -> None:
     in the arenas rather than 199 (glibc's mallinfo2)."""
     mallopt = _libc_function("mallopt")
     if mallopt is not None:
-        mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int  # type: ignore[attr-defined]
+        mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
         mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
 
 
