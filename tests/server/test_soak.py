@@ -1,4 +1,4 @@
-"""The soak, bounded for CI (FIRSTTOKEN_SOAK_S, 150 s by default; bench/soak.py runs it for as long as asked):
+"""The soak, bounded for CI (FIRSTTOKEN_SOAK_S, 120 s by default; bench/soak.py runs it for as long as asked):
 mixed load with cancelled streams, slow readers and clients that never read. No answer a well-behaved client
 asked for is lost; once the load stops, the gateway's open file descriptors and asyncio tasks are back where
 they were; and its resident memory does not climb far past the first half's peak. It does climb: about
