@@ -132,14 +132,7 @@ class Engine:
                 sequence.first_token_at = end
                 step.first_tokens.append(sequence)
                 step.tokens.append(sequence)
-        for sequence in step.tokens:
-            if sequence.generated >= sequence.max_output:
-                sequence.finished_at = end
-                step.finished.append(sequence)
-        if step.finished:
-            done = set(map(id, step.finished))
-            self.running = [s for s in self.running if id(s) not in done]
-            self.kv_used -= sum(s.kv_reserved for s in step.finished)
+        self._finish(step, end)
         return step
 
     def skip_ahead(self, now: float, until: float) -> Step | None:
@@ -169,14 +162,18 @@ class Engine:
         step = Step(end - now, tokens=list(running))
         for sequence in running:
             sequence.generated += count
-            if sequence.generated >= sequence.max_output:
-                sequence.finished_at = end
-                step.finished.append(sequence)
+        self._finish(step, end)
+        return step
+
+    def _finish(self, step: Step, end: float) -> None:
+        """The sequences of `step` that reached their answer's length end at `end`, and free their KV."""
+        step.finished += [s for s in step.tokens if s.generated >= s.max_output]
+        for sequence in step.finished:
+            sequence.finished_at = end
         if step.finished:
             done = set(map(id, step.finished))
-            self.running = [s for s in running if id(s) not in done]
+            self.running = [s for s in self.running if id(s) not in done]
             self.kv_used -= sum(s.kv_reserved for s in step.finished)
-        return step
 
     def _admit(self, now: float) -> None:
         while (self.waiting and len(self.running) < self.max_batch
