@@ -6,12 +6,9 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from firsttoken.plan.cells import COLUMNS, cells, duration
 from firsttoken.plan.scenario import Scenario
 from firsttoken.plan.summary import PHASES, OptionSummary, recommend
-
-
-def _s(seconds: float) -> str:
-    return f"{seconds:.2f} s" if seconds >= 1 else f"{seconds * 1000:.0f} ms"
 
 
 def show(console: Console, scenario: Scenario, summaries: list[OptionSummary]) -> None:
@@ -19,14 +16,10 @@ def show(console: Console, scenario: Scenario, summaries: list[OptionSummary]) -
     console.print(f"[bold]{scenario.name}[/]: {users.rate_per_s:g} requests/s for {scenario.duration_s:g} s "
                   f"(virtual), {scenario.workload.preset}, {'streamed' if scenario.workload.stream else 'whole'}")
     options = Table(title="What the users feel, and what it costs", title_justify="left")
-    for column in ("option", "where", "TTFT p50", "TTFT p95", "E2E p50", "E2E p95", "per token", "GPU busy",
-                   "cache hits", "cold starts", "$ / month", "$ / M tokens"):
+    for column in ("option", *COLUMNS):
         options.add_column(column, justify="left" if column in ("option", "where") else "right")
     for s in sorted(summaries, key=lambda s: s.ttft.p95):
-        options.add_row(s.name, s.where, _s(s.ttft.p50), _s(s.ttft.p95), _s(s.e2e.p50), _s(s.e2e.p95),
-                        f"{s.tpot_ms:.1f} ms", "—" if s.gpu_utilisation is None else f"{s.gpu_utilisation:.0%}",
-                        f"{s.cache_hits / max(s.requests, 1):.0%}", str(s.cold_starts),
-                        f"{s.usd_per_month:,.0f}", f"{s.usd_per_million_tokens:.2f}")
+        options.add_row(s.name, *cells(s))
     console.print(options)
 
     cities = Table(title="TTFT p95 by city", title_justify="left")
@@ -34,7 +27,7 @@ def show(console: Console, scenario: Scenario, summaries: list[OptionSummary]) -
     for s in summaries:
         cities.add_column(s.name, justify="right")
     for i, city in enumerate(users.cities):
-        cities.add_row(city.place, *(f"{_s(s.cities[i].ttft.p95)} (light {s.cities[i].floor_ms:.0f} ms)"
+        cities.add_row(city.place, *(f"{duration(s.cities[i].ttft.p95)} (light {s.cities[i].floor_ms:.0f} ms)"
                                      for s in summaries))
     console.print(cities)
 
@@ -44,7 +37,7 @@ def show(console: Console, scenario: Scenario, summaries: list[OptionSummary]) -
         phases.add_column(phase, justify="right")
     for s in summaries:
         total = sum(s.phases.values()) or 1.0
-        phases.add_row(s.name, *(f"{_s(s.phases[p])} {s.phases[p] / total:.0%}" for p in PHASES))
+        phases.add_row(s.name, *(f"{duration(s.phases[p])} {s.phases[p] / total:.0%}" for p in PHASES))
     console.print(phases)
     refused = [s for s in summaries if s.refused]
     for s in refused:

@@ -10,6 +10,7 @@ import json
 from importlib import resources
 from pathlib import Path
 
+from firsttoken.plan.cells import COLUMNS, cells, duration
 from firsttoken.plan.scenario import Scenario
 from firsttoken.plan.summary import PHASES, OptionSummary, recommend
 
@@ -40,10 +41,6 @@ text { paint-order: stroke; stroke: #eef3f9; stroke-width: 3px; fill: #1d2430; v
 """
 
 
-def _s(seconds: float) -> str:
-    return f"{seconds:.2f} s" if seconds >= 1 else f"{seconds * 1000:.0f} ms"
-
-
 def _waterfall(summaries: list[OptionSummary], colours: dict[str, str]) -> str:
     """A bar per option: the parts of its mean time to first token, one after the other, to scale."""
     longest = max(sum(s.phases.values()) for s in summaries) or 1.0
@@ -56,11 +53,11 @@ def _waterfall(summaries: list[OptionSummary], colours: dict[str, str]) -> str:
             width = s.phases[phase] / longest * bar_w
             if width <= 0:
                 continue
-            title = f"{phase}: {_s(s.phases[phase])}"
+            title = f"{phase}: {duration(s.phases[phase])}"
             rows.append(f'<rect x="{x:.1f}" y="{y}" width="{width:.1f}" height="20" fill="{PHASE_COLOURS[phase]}">'
                         f"<title>{html.escape(title)}</title></rect>")
             x += width
-        rows.append(f'<text x="{x + 6:.1f}" y="{y + 14}">{_s(sum(s.phases.values()))}</text>')
+        rows.append(f'<text x="{x + 6:.1f}" y="{y + 14}">{duration(sum(s.phases.values()))}</text>')
     legend = " ".join(f'<tspan fill="{c}">■</tspan> {p}' for p, c in PHASE_COLOURS.items())
     height = len(summaries) * row_h + 40
     return (f'<svg class="waterfall" viewBox="0 0 980 {height}" width="100%">'
@@ -68,15 +65,12 @@ def _waterfall(summaries: list[OptionSummary], colours: dict[str, str]) -> str:
 
 
 def _options_table(summaries: list[OptionSummary], colours: dict[str, str], best: str) -> str:
-    head = ("option", "where", "TTFT p50", "TTFT p95", "E2E p50", "E2E p95", "per token", "cache hits",
-            "cold starts", "$ / month", "$ / M tokens")
+    head = ("option", *COLUMNS)
     rows = []
     for s in sorted(summaries, key=lambda s: s.ttft.p95):
-        cells = [f'<span class="swatch" style="background:{colours[s.name]}"></span>{html.escape(s.name)}',
-                 html.escape(s.where), _s(s.ttft.p50), _s(s.ttft.p95), _s(s.e2e.p50), _s(s.e2e.p95),
-                 f"{s.tpot_ms:.1f} ms", f"{s.cache_hits / max(s.requests, 1):.0%}", str(s.cold_starts),
-                 f"{s.usd_per_month:,.0f}", f"{s.usd_per_million_tokens:.2f}"]
-        rows.append(f'<tr class="{"best" if s.name == best else ""}">' + "".join(f"<td>{c}</td>" for c in cells)
+        row = [f'<span class="swatch" style="background:{colours[s.name]}"></span>{html.escape(s.name)}',
+               *map(html.escape, cells(s))]
+        rows.append(f'<tr class="{"best" if s.name == best else ""}">' + "".join(f"<td>{c}</td>" for c in row)
                     + "</tr>")
     return ('<table class="options"><thead><tr>' + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"
             + "".join(rows) + "</tbody></table>")
@@ -86,9 +80,9 @@ def _cities_table(scenario: Scenario, summaries: list[OptionSummary]) -> str:
     head = "".join(f"<th>{html.escape(s.name)}</th>" for s in summaries)
     rows = []
     for i, city in enumerate(scenario.users.cities):
-        cells = "".join(f"<td>{_s(s.cities[i].ttft.p95)}<br><span class=muted>light {s.cities[i].floor_ms:.0f} ms"
-                        f"</span></td>" for s in summaries)
-        rows.append(f"<tr><td>{html.escape(city.place)}</td>{cells}</tr>")
+        each = "".join(f"<td>{duration(s.cities[i].ttft.p95)}<br><span class=muted>light "
+                       f"{s.cities[i].floor_ms:.0f} ms</span></td>" for s in summaries)
+        rows.append(f"<tr><td>{html.escape(city.place)}</td>{each}</tr>")
     return (f'<table class="cities"><thead><tr><th>TTFT p95</th>{head}</tr></thead>'
             f"<tbody>{''.join(rows)}</tbody></table>")
 
