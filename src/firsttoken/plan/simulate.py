@@ -47,6 +47,7 @@ class Journey:
     first_token: float = 0.0  # where it is answered
     finished: float = 0.0  # its last token, there
     refused: bool = False  # it could never fit the replica's KV cache
+    from_cache: bool = False  # answered by the gateway's edge cache: it never reached the option
 
     @property
     def one_way_s(self) -> float:
@@ -112,6 +113,7 @@ def simulate(scenario: Scenario, option: Option, fast: bool = True) -> Run:
     for journey in journeys:
         journey.arrived = journey.sent + journey.handshakes_s + journey.one_way_s
         if gateway is not None and journey.repeat:  # the edge cache has it
+            journey.from_cache = True
             journey.admitted = journey.arrived
             journey.first_token = journey.finished = journey.arrived + CACHE_HIT_S
         else:

@@ -77,7 +77,7 @@ def summarise(scenario: Scenario, run: Run) -> OptionSummary:
     ttft, e2e = _felt(served, scenario.workload.stream)
     per_month = HOURS_PER_MONTH * 3600 / scenario.duration_s
     tokens = sum(j.prompt + j.answer for j in served) * per_month
-    upstream = [j for j in served if j.far is not None or run.option.gateway is None]
+    upstream = [j for j in served if not j.from_cache]
     hosted, api, gateway = run.option.self_hosted, run.option.api, run.option.gateway
     if hosted is not None:  # billed while loaded: always, unless it scales to zero
         usd = hosted.usd_per_gpu_hour * hosted.tp * run.loaded_s / run.ended * HOURS_PER_MONTH
@@ -101,7 +101,7 @@ def summarise(scenario: Scenario, run: Run) -> OptionSummary:
     cities = []
     for index, city in enumerate(scenario.users.cities):
         mine = [i for i, j in enumerate(served) if j.city == index]
-        legs = next((served[i].legs for i in mine if served[i] in upstream), ())
+        legs = next((served[i].legs for i in mine if not served[i].from_cache), ())
         cities.append(CitySummary(city.place, len(mine), sum(leg.floor_ms for leg in legs) if legs else float("nan"),
                                   sum(leg.rtt_ms for leg in legs) if legs else float("nan"), Spread.of(ttft[mine]),
                                   Spread.of(e2e[mine])))
