@@ -129,6 +129,9 @@ class Reply:
         await self.write(error_event(failure.body()) + self.timeline.closing_comment() + DONE, last=True)
 
     def close(self) -> None:
-        """The request is over (or abandoned): no beat may follow."""
+        """The request is over (or abandoned): no beat may follow. The heartbeat calls back into this reply,
+        a cycle: let go of here, the reply and the answer it captured are freed the moment the request ends,
+        rather than at the next full collection, which may be minutes and hundreds of megabytes away."""
         if self.heartbeat is not None:
             self.heartbeat.close()
+            self.heartbeat = None
