@@ -1,9 +1,9 @@
 """The long soak, by hand (CI runs 3 minutes of it in tests/server/test_soak.py): a real `firsttoken serve` as
 shipped (the exact and semantic cache on, its bounded structures made small so that they fill early) in front
 of the test upstream, under mixed load with cancelled streams, slow readers and clients that never read, for
-`--minutes`. Prints what was asked, what was lost (nothing, or the run failed), and the resident memory, open
-file descriptors and asyncio tasks: first, highest, last, after the load, and the slope per hour over the
-second half of the run.
+`--minutes`. Prints what was asked, what was lost (nothing, or the run failed; the first 20, each with why),
+and the resident memory, open file descriptors and asyncio tasks: first, highest, last, after the load, and
+the slope per hour over the second half of the run.
 
     .venv/bin/python bench/soak.py --minutes 30
 """
@@ -37,6 +37,8 @@ def main() -> None:
         result = Soak(gateway.url, {"authorization": f"Bearer {CLIENT_KEY}"}, ADMIN, args.minutes * 60,
                       args.clients, args.every).run()
         print(result.report())
+        for lost in result.lost[:20]:
+            print(f"  lost: {lost}")
         for s in result.samples:
             print(f"  {s.at:7.0f} s  rss {s.rss / 2**20:7.1f} MiB  fds {s.fds:4.0f}  tasks {s.tasks:4.0f}")
         if "Traceback" in gateway.log():
