@@ -224,9 +224,10 @@ class Gateway:
                 gc.freeze()
                 # A full collection walks every live object (about 140 per open stream) with the loop
                 # stopped: 20–50 ms at 1 000 open streams. Considered after every 100 middle collections
-                # rather than 10, it comes ten times less often; the requests keep leaving almost no cyclic
-                # garbage for it (none found in the full collections counted). docs/benchmarks.md,
-                # "Many long streams", has the p99 TTFT with each setting.
+                # rather than 10, it comes ten times less often. That holds only while requests leave no
+                # cycles of their own: one that does keeps its answer for minutes (tests/server/
+                # test_cyclic_garbage.py). docs/benchmarks.md, "Many long streams", has the p99 TTFT with
+                # each setting.
                 young, middle, _ = gc.get_threshold()
                 gc.set_threshold(young, middle, FULL_COLLECTION_AFTER)
                 await send({"type": "lifespan.startup.complete"})
