@@ -1,9 +1,8 @@
-"""The soak, bounded for CI (FIRSTTOKEN_SOAK_S, 120 s by default; bench/soak.py runs it for as long as asked):
+"""The soak, bounded for CI (FIRSTTOKEN_SOAK_S, 180 s by default; bench/soak.py runs it for as long as asked):
 mixed load with cancelled streams, slow readers and clients that never read. No answer a well-behaved client
 asked for is lost; once the load stops, the gateway's open file descriptors and asyncio tasks are back where
-they were; and its resident memory does not climb far past the first half's peak. It does climb: about
-1 MiB a second in these runs, native memory of the semantic cache's path (docs/reliability.md, "Soak"), so
-the bound here catches a gross leak only, until that is found."""
+they were; and its resident memory stays within the allocator's swings of the first half's peak (half an
+hour of it holds at about 330 MiB: docs/reliability.md, "Soak")."""
 
 from __future__ import annotations
 
@@ -16,8 +15,9 @@ from conftest import ADMIN, CLIENT_KEY, gateway_settings
 from support.gateway_process import GatewayProcess
 from support.soak import Soak, sample
 
-SECONDS = float(os.environ.get("FIRSTTOKEN_SOAK_S", "120"))
-RSS_ABOVE_EARLY_PEAK_MIB = 256  # the climb docs/reliability.md describes, and the allocator's swings
+SECONDS = float(os.environ.get("FIRSTTOKEN_SOAK_S", "180"))
+# Between two trims (every 10 s) the 500 KB prompts and answers swing resident memory by 20-30 MiB
+RSS_ABOVE_EARLY_PEAK_MIB = 64
 
 
 def soak_settings(upstream_url: str) -> dict:
