@@ -197,3 +197,45 @@ def test_keep_warm_trusts_a_learned_unload_only_after_two_cold_starts() -> None:
     assert not keep_warm.due(state)
     clock.now += 11
     assert keep_warm.due(state)  # four fifths of 600 s
+
+
+def test_keep_warm_among_workers_starts_the_spell_again_from_a_siblings_use_and_waits_out_a_busy_gate() -> None:
+    # Two workers that each restarted their spell from *now* on hearing of the other's use kept putting
+    # each other off: no ping went at all. The spell starts from the sibling's use instead.
+    import asyncio
+    from types import SimpleNamespace
+
+    from firsttoken.config import KeepWarm as KeepWarmSettings
+    from firsttoken.routing.keepwarm import KeepWarm
+
+    class Gate:
+        def __init__(self) -> None:
+            self.answer: float | None = None
+
+        async def run(self, label, idle_s, ping) -> float | None:  # type: ignore[no-untyped-def]
+            return self.answer
+
+    clock, gate = Clock(), Gate()
+    route = router(clock)
+    upstreams = {"lagos": SimpleNamespace(settings=SimpleNamespace(keep_warm=KeepWarmSettings(idle_s=1.0)))}
+    keep_warm = KeepWarm(route, upstreams, gate)  # type: ignore[arg-type]
+    state = route.state(NEAR)
+    route.started(NEAR)
+    route.succeeded(NEAR, True, 50.0)
+    clock.now += 1.2
+    assert keep_warm.due(state)
+
+    gate.answer = 0.4  # a sibling used it 0.4 s ago
+    asyncio.run(keep_warm._send(state, 1.0))
+    assert route.idle_for(state) == pytest.approx(0.4)  # not 0: due when the sibling is, not a tick later
+    clock.now += 0.6
+    assert keep_warm.due(state)
+
+    gate.answer = None  # a sibling holds the gate: nothing changes here, and the next tick asks again
+    asyncio.run(keep_warm._send(state, 1.0))
+    assert route.idle_for(state) == pytest.approx(1.0)
+    assert keep_warm.due(state)
+
+    gate.answer = 5.0  # an older use elsewhere than this worker's own does not move the spell back
+    asyncio.run(keep_warm._send(state, 1.0))
+    assert route.idle_for(state) == pytest.approx(1.0)

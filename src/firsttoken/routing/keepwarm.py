@@ -32,9 +32,12 @@ PING = {"messages": [{"role": "user", "content": "ping"}], "max_tokens": 1}
 
 class PingGate(Protocol):
     """Where a gateway runs as several workers, the one place their pings go through: a ping goes only if
-    no worker has used the model within `idle_s`, and one at a time (server/peers.py)."""
+    no worker has used the model within `idle_s`, and one at a time (server/peers.py).
 
-    async def run(self, label: str, idle_s: float, ping: Callable[[], Awaitable[None]]) -> bool: ...
+    `run` answers None when it pinged, or when a sibling holds the gate now (this worker asks again next
+    tick); otherwise how many seconds ago a sibling last used or pinged the model."""
+
+    async def run(self, label: str, idle_s: float, ping: Callable[[], Awaitable[None]]) -> float | None: ...
 
 
 class KeepWarm:
@@ -103,8 +106,13 @@ class KeepWarm:
     async def _send(self, state: TargetState, idle_s: float) -> None:
         if self.gate is None:
             await self._ping(state)
-        elif not await self.gate.run(state.target.label, idle_s, lambda: self._ping(state)):
-            self.router.pinged(state)  # used or pinged elsewhere: this worker's idle spell starts again too
+            return
+        used_s_ago = await self.gate.run(state.target.label, idle_s, lambda: self._ping(state))
+        if used_s_ago is not None:
+            # The spell starts again from the sibling's use, not from now: restarting it from now would
+            # put this worker one answer's time behind, and two workers each seeing the other as used just
+            # now would put each other off for ever (no ping at all).
+            self.router.used_elsewhere(state, used_s_ago)
 
     async def _ping(self, state: TargetState) -> None:
         self.pings[state.target.label].append(time.monotonic())

@@ -181,6 +181,13 @@ class Router:
         if state.in_flight == 0:
             state.idle_since = self.clock()
 
+    def used_elsewhere(self, state: TargetState, seconds_ago: float) -> None:
+        """Another worker of this gateway used or pinged the target that long ago: to the platform, the
+        model's idle spell began then, if that is later than this worker's own last use."""
+        if state.in_flight == 0:
+            since = self.clock() - seconds_ago
+            state.idle_since = since if state.idle_since is None else max(state.idle_since, since)
+
     def failed(self, target: Target) -> None:
         self._finish(target).health.failed(self.clock())
 

@@ -192,20 +192,23 @@ def _params(**values: str | None) -> dict[str, str]:
 class ClusterPings:
     """Keep-warm pings under `--workers N` (routing/keepwarm.py's PingGate): one worker pings at a time,
     holding the cluster's ping lock, and only a model that no sibling has used within the idle spell; the
-    sibling that pinged has its own idle spell started again by the ping, so the others see it as used."""
+    sibling that pinged has its own idle spell started again by the ping, so the others see it as used.
+    A worker that finds the lock held does nothing this tick: the holder's ping, if it goes, is seen by
+    asking again."""
 
     def __init__(self, cluster: Cluster, peers: Peers) -> None:
         self.cluster = cluster
         self.peers = peers
 
-    async def run(self, label: str, idle_s: float, ping: Callable[[], Awaitable[None]]) -> bool:
+    async def run(self, label: str, idle_s: float, ping: Callable[[], Awaitable[None]]) -> float | None:
         lock = self.cluster.ping_lock()
         if lock is None:
-            return False
+            return None
         try:
-            if any(idle < idle_s for idle in await self.peers.idle_s(label)):
-                return False
+            used_s_ago = min(await self.peers.idle_s(label), default=None)
+            if used_s_ago is not None and used_s_ago < idle_s:
+                return used_s_ago
             await ping()
-            return True
+            return None
         finally:
             self.cluster.unlock(lock)
