@@ -33,6 +33,7 @@ class Place:
     lat: float
     lon: float
     code: str | None = None  # a region's code; None for cities and coordinates
+    country: str | None = None  # a city's ISO country code; None for regions and coordinates
 
     def __str__(self) -> str:
         return self.name
@@ -132,7 +133,7 @@ def _city(key: str, text: str) -> Place:
         found = [c for c in table.get(key, ()) if country is None or c.country == country]
         if found:
             city = found[0]
-            return Place(f"{city.name}, {city.country}", city.lat, city.lon)
+            return Place(f"{city.name}, {city.country}", city.lat, city.lon, country=city.country)
     # Only names that start alike are compared: difflib over all 34 000 would take a second.
     candidates = [name for name in by_name if name[:1] == key[:1]]
     close = difflib.get_close_matches(key, candidates, n=4, cutoff=0.75)

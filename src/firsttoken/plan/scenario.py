@@ -4,16 +4,22 @@ city, a GPU or a model is reported with its key before anything runs."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from firsttoken.geo import physics
 from firsttoken.geo.places import GeoError, Place, resolve
+from firsttoken.plan.arrivals import SHAPES, Arrivals, Bursts
+from firsttoken.plan.workload import LengthsError, read_lengths
 from firsttoken.sim.catalogue import Catalogue, CatalogueError
 from firsttoken.sim.roofline import DEFAULT_LOAD_BANDWIDTH_GB_S, ENGINE_START_S, Deployment, DeploymentError
+
+DEFAULT_START = datetime(2026, 3, 2, tzinfo=UTC)  # a Monday's midnight, UTC: any fixed time keeps runs repeatable
 
 
 class ScenarioError(ValueError):
@@ -46,18 +52,57 @@ class City(_Strict):
         return self
 
 
+class Burst(_Strict):
+    every_s: float = Field(gt=0, description="on average, one burst starts this often (they come at random)")
+    length_s: float = Field(gt=0, description="how long each lasts")
+    factor: float = Field(gt=1, description="the rate during a burst, as a multiple of the usual")
+
+
 class Users(_Strict):
     cities: list[City] = Field(min_length=1)
-    rate_per_s: float = Field(gt=0, description="requests a second, all cities together (Poisson arrivals)")
+    rate_per_s: float = Field(gt=0, description="requests a second, all cities together (Poisson arrivals): the "
+                              "day's mean where over_the_day shapes it")
+    over_the_day: Literal["flat", "working-day", "evening"] | list[float] = Field(
+        "flat", description="how the rate moves over each city's own day: a shape's name, or 24 hourly values")
+    bursts: Burst | None = None
     last_mile_ms: float = Field(20.0, ge=0, description="each city's access-network round trip, unless it sets one")
     reuse: float = Field(0.0, ge=0, le=1, description="the share of requests sent on a connection already open")
+
+    @model_validator(mode="after")
+    def _a_day(self) -> Users:
+        if isinstance(self.over_the_day, list) and (
+                len(self.over_the_day) != 24 or min(self.over_the_day) < 0 or max(self.over_the_day) <= 0):
+            raise ValueError("over_the_day: 24 hourly values (midnight first), none negative, some above 0")
+        return self
+
+    def arrivals(self, start: datetime) -> Arrivals:
+        shares = np.array([c.share for c in self.cities])
+        shape = SHAPES[self.over_the_day] if isinstance(self.over_the_day, str) else tuple(self.over_the_day)
+        bursts = Bursts(self.bursts.every_s, self.bursts.length_s, self.bursts.factor) if self.bursts else None
+        return Arrivals(self.rate_per_s, [c.where for c in self.cities], shares / shares.sum(), shape, start,
+                        bursts)
 
 
 class Workload(_Strict):
     preset: Literal["chat", "rag", "agent", "classification"] = "chat"
+    lengths: Path | None = Field(None, description="a CSV of prompt (and answer) lengths to draw requests from, "
+                                 "instead of the preset's; relative to the scenario's file")
     stream: bool = True
     repeats: float = Field(0.0, ge=0, lt=1, description="the share of requests asked before in the same words: "
                            "a gateway's edge cache answers them")
+
+    @field_validator("lengths")
+    @classmethod
+    def _readable(cls, lengths: Path | None, info: ValidationInfo) -> Path | None:
+        if lengths is None:
+            return None
+        base = (info.context or {}).get("base")
+        where = (base / lengths if base is not None else lengths).resolve()
+        try:
+            read_lengths(str(where))
+        except LengthsError as exc:
+            raise ValueError(str(exc)) from None
+        return where
 
 
 class SelfHosted(_Strict):
@@ -168,12 +213,19 @@ class Scenario(_Strict):
     name: str
     seed: int = 0
     duration_s: float = Field(600.0, gt=0, description="virtual seconds of traffic to simulate")
+    start: datetime = Field(DEFAULT_START, description="when the traffic starts (UTC unless it says otherwise): "
+                            "where each city is in its day, for over_the_day")
     path_factor: float = Field(physics.DEFAULT_PATH_FACTOR, ge=1,
                                description="how much longer the cables are than the great circle")
     users: Users
     workload: Workload = Field(default_factory=Workload)
     options: list[Option] = Field(default_factory=list)
     search: Search | None = None
+
+    @field_validator("start")
+    @classmethod
+    def _utc(cls, start: datetime) -> datetime:
+        return start.replace(tzinfo=UTC) if start.tzinfo is None else start.astimezone(UTC)
 
     @model_validator(mode="after")
     def _distinct(self) -> Scenario:
@@ -196,7 +248,7 @@ def load(path: str | Path) -> Scenario:
     if not isinstance(raw, dict):
         raise ScenarioError(f"{path}: a scenario is a mapping with users:, workload: and options:")
     try:
-        return Scenario.model_validate(raw)
+        return Scenario.model_validate(raw, context={"base": Path(path).parent})
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'scenario'}: {e['msg']}" for e in exc.errors())
         raise ScenarioError(f"{path}: {problems}") from None

@@ -71,21 +71,17 @@ class Run:
 
 
 def traffic(scenario: Scenario, routes: list[Route]) -> list[Journey]:
-    """The requests the users send during the run: Poisson arrivals, each from a city drawn by its share,
-    on a connection already open with the scenario's `reuse` probability, a repeat of an earlier question
-    with the workload's `repeats`. The same seed draws the same traffic for every option, so options are
-    compared on identical requests."""
+    """The requests the users send during the run: arrivals from each city as its share and its clock say
+    (plan/arrivals.py), on a connection already open with the scenario's `reuse` probability, a repeat of
+    an earlier question with the workload's `repeats`. The same seed draws the same traffic for every
+    option, so options are compared on identical requests."""
     rng = np.random.default_rng(scenario.seed)
     users = scenario.users
-    expected = users.rate_per_s * scenario.duration_s
-    gaps = rng.exponential(1 / users.rate_per_s, int(expected + 10 * np.sqrt(expected) + 10))
-    sent = np.cumsum(gaps)
-    sent = sent[sent < scenario.duration_s]
-    shares = np.array([c.share for c in users.cities])
-    cities = rng.choice(len(shares), size=len(sent), p=shares / shares.sum())
+    sent, cities = users.arrivals(scenario.start).draw(scenario.duration_s, rng,
+                                                       np.random.default_rng([scenario.seed, 1]))
     reused = rng.random(len(sent)) < users.reuse
     repeats = rng.random(len(sent)) < scenario.workload.repeats
-    prompts, answers = draw(scenario.workload.preset, len(sent), rng)
+    prompts, answers = draw(scenario.workload.preset, len(sent), rng, scenario.workload.lengths)
     return [Journey(int(c), routes[c], int(p), int(a), float(t), 0.0 if warm else routes[c].handshakes_ms / 1000,
                     bool(again))
             for c, p, a, t, warm, again in zip(cities, prompts, answers, sent, reused, repeats, strict=True)]

@@ -4,16 +4,65 @@ Answer lengths are the simulated region's own (sim/lengths.py: the Azure LLM inf
 for chat, a label's word or two for classification). Prompt lengths are log-normal, by construction: a
 median and a spread chosen per preset to stand for its kind of request (a chat turn with some history; a
 question with retrieved passages; an agent's turn carrying its tools and history; a text to label), not
-measured; a scenario that knows its own should say so once scenarios can take a file of lengths.
+measured; a scenario that knows its own gives a file of them (`workload.lengths`), and each request's
+prompt and answer are drawn from its rows.
 """
 
 from __future__ import annotations
 
+import csv
+import functools
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from firsttoken.sim.lengths import Kind, natural_length
+
+# A lengths file's columns, by the names traces give them (the Azure LLM inference traces' are the last).
+PROMPT_COLUMNS = ("prompt_tokens", "input_tokens", "ContextTokens")
+ANSWER_COLUMNS = ("output_tokens", "completion_tokens", "GeneratedTokens")
+
+
+class LengthsError(ValueError):
+    """A lengths file that cannot be used; the message says which row or column."""
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """Lengths as a file gives them: prompts, and answers where it has them."""
+
+    prompts: np.ndarray
+    answers: np.ndarray | None
+
+
+@functools.cache
+def read_lengths(path: str) -> Recorded:
+    """A CSV file of lengths with a header row: a prompt column and, optionally, an answer column."""
+    try:
+        with open(path, newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            header = reader.fieldnames or []
+            prompt = next((c for c in PROMPT_COLUMNS if c in header), None)
+            answer = next((c for c in ANSWER_COLUMNS if c in header), None)
+            if prompt is None:
+                raise LengthsError(f"{path}: no prompt column; the header needs one of {', '.join(PROMPT_COLUMNS)}"
+                                   f" (it has {', '.join(header) or 'nothing'})")
+            prompts, answers = [], []
+            for number, row in enumerate(reader, start=2):
+                try:
+                    prompts.append(int(row[prompt]))
+                    if answer is not None:
+                        answers.append(int(row[answer]))
+                except (TypeError, ValueError):
+                    raise LengthsError(f"{path}, line {number}: lengths are whole numbers of tokens") from None
+    except OSError as exc:
+        raise LengthsError(f"{path}: {exc.strerror or exc}") from None
+    if not prompts:
+        raise LengthsError(f"{path}: no rows under the header")
+    if min(prompts) < 1 or (answers and min(answers) < 1):
+        raise LengthsError(f"{path}: every length is at least 1 token")
+    return Recorded(np.array(prompts, dtype=np.int64), np.array(answers, dtype=np.int64) if answers else None)
 
 
 @dataclass(frozen=True)
@@ -32,9 +81,19 @@ PRESETS = {
 MAX_PROMPT = 100_000  # the log-normal's far tail, cut where a context window would
 
 
-def draw(preset: str, count: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """`count` prompt lengths and answer lengths, in tokens."""
+def draw(preset: str, count: int, rng: np.random.Generator,
+         lengths: Path | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """`count` prompt lengths and answer lengths, in tokens: the preset's, or rows drawn from a lengths file
+    (its answers, or the preset's where it has none)."""
     spec = PRESETS[preset]
-    prompts = np.clip(np.rint(rng.lognormal(np.log(spec.prompt_median), spec.prompt_sigma, count)), 1, MAX_PROMPT)
+    if lengths is not None:
+        recorded = read_lengths(str(lengths))
+        rows = rng.integers(0, len(recorded.prompts), count)
+        prompts = recorded.prompts[rows]
+        if recorded.answers is not None:
+            return prompts, recorded.answers[rows]
+    else:
+        drawn = rng.lognormal(np.log(spec.prompt_median), spec.prompt_sigma, count)
+        prompts = np.clip(np.rint(drawn), 1, MAX_PROMPT).astype(np.int64)
     answers = np.array([natural_length(spec.answers, f) for f in rng.random(count)], dtype=np.int64)
-    return prompts.astype(np.int64), answers
+    return prompts, answers
