@@ -1,6 +1,6 @@
 """The way from a user's city to an option: light in fibre along the great circle (the floor), the longer
-path real cables take (× the scenario's path factor), the access network at the user's end, and the
-handshakes a new connection pays before its request can go.
+way real traffic takes (along the cables, geo/paths.py, or the great circle × a scenario's path factor),
+the access network at the user's end, and the handshakes a new connection pays before its request can go.
 
 A new connection costs a DNS lookup (answered by the access network's resolver: one last-mile round
 trip), TCP's handshake (one round trip) and TLS 1.3's (one more) before the request's own first byte
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from firsttoken.geo import paths
 from firsttoken.geo.places import Place
 
 
@@ -19,6 +20,7 @@ class Route:
     floor_ms: float  # the round trip light in fibre needs along the great circle: no route beats it
     distance_tax_ms: float  # what the cables' longer path adds to it
     last_mile_ms: float  # the access network's round trip
+    via: tuple[str, ...] = ()  # the cable hubs the way passes (none with a flat path factor, or within a metro)
 
     @property
     def rtt_ms(self) -> float:
@@ -30,6 +32,11 @@ class Route:
         return self.last_mile_ms + 2 * self.rtt_ms
 
 
-def route(user: Place, server: Place, path_factor: float, last_mile_ms: float) -> Route:
+def route(user: Place, server: Place, path_factor: float | None, last_mile_ms: float) -> Route:
+    """The way from `user` to `server`: along the cables, or with `path_factor` the great circle that much
+    longer."""
     floor = user.floor_ms(server)
-    return Route(floor, floor * (path_factor - 1), last_mile_ms)
+    if path_factor is not None:
+        return Route(floor, floor * (path_factor - 1), last_mile_ms)
+    way = paths.path(user, server)
+    return Route(floor, max(way.rtt_ms() - floor, 0.0), last_mile_ms, way.hubs)

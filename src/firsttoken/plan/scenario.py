@@ -12,7 +12,6 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from firsttoken.geo import physics
 from firsttoken.geo.places import GeoError, Place, resolve
 from firsttoken.plan.arrivals import SHAPES, Arrivals, Bursts
 from firsttoken.plan.workload import LengthsError, read_lengths
@@ -215,8 +214,8 @@ class Scenario(_Strict):
     duration_s: float = Field(600.0, gt=0, description="virtual seconds of traffic to simulate")
     start: datetime = Field(DEFAULT_START, description="when the traffic starts (UTC unless it says otherwise): "
                             "where each city is in its day, for over_the_day")
-    path_factor: float = Field(physics.DEFAULT_PATH_FACTOR, ge=1,
-                               description="how much longer the cables are than the great circle")
+    path_factor: float | None = Field(None, ge=1, description="the great circle this much longer, for every "
+                                      "way; unset: along the cables (geo/paths.py)")
     users: Users
     workload: Workload = Field(default_factory=Workload)
     options: list[Option] = Field(default_factory=list)
