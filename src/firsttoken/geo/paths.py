@@ -89,7 +89,7 @@ def path(a: Place, b: Place) -> Path:
             joined.add_edge(end, hub, km=km)
     if direct <= METRO_KM:
         joined.add_edge("<from>", "<to>", km=direct)
-    length, way = nx.single_source_dijkstra(joined, "<from>", "<to>", weight="km")
+    length, way = nx.bidirectional_dijkstra(joined, "<from>", "<to>", weight="km")
     return Path(tuple(way[1:-1]), float(length))
 
 
