@@ -4,9 +4,10 @@ went, and the recommendation."""
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from firsttoken.plan.cells import COLUMNS, cells, duration
+from firsttoken.plan.cells import COST_COLUMNS, FELT_COLUMNS, cost_cells, duration, felt_cells, price_notes
 from firsttoken.plan.scenario import Scenario
 from firsttoken.plan.summary import PHASES, OptionSummary, recommend
 
@@ -15,12 +16,23 @@ def show(console: Console, scenario: Scenario, summaries: list[OptionSummary]) -
     users = scenario.users
     console.print(f"[bold]{scenario.name}[/]: {users.rate_per_s:g} requests/s for {scenario.duration_s:g} s "
                   f"(virtual), {scenario.workload.preset}, {'streamed' if scenario.workload.stream else 'whole'}")
-    options = Table(title="What the users feel, and what it costs", title_justify="left")
-    for column in ("option", *COLUMNS):
-        options.add_column(column, justify="left" if column in ("option", "where") else "right")
-    for s in sorted(summaries, key=lambda s: s.ttft.p95):
-        options.add_row(s.name, *cells(s))
-    console.print(options)
+    ranked = sorted(summaries, key=lambda s: s.ttft.p95)
+    felt = Table(title="What the users feel", title_justify="left")
+    for column in ("option", *FELT_COLUMNS):
+        felt.add_column(column, justify="left" if column in ("option", "where") else "right")
+    for s in ranked:
+        felt.add_row(s.name, *felt_cells(s))
+    console.print(felt)
+
+    notes = price_notes(summaries)
+    cost = Table(title="What it costs", title_justify="left")
+    for column in ("option", *COST_COLUMNS):
+        cost.add_column(column, justify="left" if column in ("option", "prices") else "right")
+    for s in ranked:
+        cost.add_row(s.name, *cost_cells(s, notes))
+    console.print(cost)
+    for number, source in enumerate(notes, start=1):
+        console.print(f"[dim][{number}] {escape(source)}[/]")
 
     cities = Table(title="TTFT p95 by city", title_justify="left")
     cities.add_column("city")

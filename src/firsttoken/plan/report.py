@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
-from firsttoken.plan.cells import COLUMNS, cells, duration
+from firsttoken.plan.cells import COST_COLUMNS, FELT_COLUMNS, cost_cells, duration, felt_cells, price_notes
 from firsttoken.plan.scenario import Scenario
 from firsttoken.plan.summary import PHASES, OptionSummary, recommend
 
@@ -64,16 +65,21 @@ def _waterfall(summaries: list[OptionSummary], colours: dict[str, str]) -> str:
             f'<text x="{label_w}" y="10">{legend}</text>{"".join(rows)}</svg>')
 
 
-def _options_table(summaries: list[OptionSummary], colours: dict[str, str], best: str) -> str:
-    head = ("option", *COLUMNS)
+def _options_table(summaries: list[OptionSummary], colours: dict[str, str], best: str, kind: str,
+                   columns: tuple[str, ...], cells: Callable[[OptionSummary], list[str]]) -> str:
+    head = ("option", *columns)
     rows = []
     for s in sorted(summaries, key=lambda s: s.ttft.p95):
         row = [f'<span class="swatch" style="background:{colours[s.name]}"></span>{html.escape(s.name)}',
                *map(html.escape, cells(s))]
         rows.append(f'<tr class="{"best" if s.name == best else ""}">' + "".join(f"<td>{c}</td>" for c in row)
                     + "</tr>")
-    return ('<table class="options"><thead><tr>' + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"
-            + "".join(rows) + "</tbody></table>")
+    header = "".join(f"<th>{h}</th>" for h in head)
+    return f'<table class="options {kind}"><thead><tr>{header}</tr></thead><tbody>' + "".join(rows) + "</tbody></table>"
+
+
+def _notes(notes: list[str]) -> str:
+    return "".join(f"<p class=muted>[{n}] {html.escape(source)}</p>" for n, source in enumerate(notes, start=1))
 
 
 def _cities_table(scenario: Scenario, summaries: list[OptionSummary]) -> str:
@@ -90,6 +96,7 @@ def _cities_table(scenario: Scenario, summaries: list[OptionSummary]) -> str:
 def render(scenario: Scenario, summaries: list[OptionSummary]) -> str:
     colours = {s.name: COLOURS[i % len(COLOURS)] for i, s in enumerate(summaries)}
     best = min(summaries, key=lambda s: s.ttft.p95).name
+    notes = price_notes(summaries)
     plan = {
         "users": [{"name": c.place, "lat": c.where.lat, "lon": c.where.lon,
                    "share": c.share / sum(u.share for u in scenario.users.cities)} for c in scenario.users.cities],
@@ -121,7 +128,11 @@ def render(scenario: Scenario, summaries: list[OptionSummary]) -> str:
         '<div id="cdf"></div>',
         "<h2>Where the first token's time goes</h2><p class=muted>The mean of each part, to scale.</p>",
         _waterfall(summaries, colours),
-        "<h2>The options</h2>", _options_table(summaries, colours, best),
+        "<h2>The options, as the users feel them</h2>",
+        _options_table(summaries, colours, best, "felt", FELT_COLUMNS, felt_cells),
+        "<h2>What they cost</h2>",
+        _options_table(summaries, colours, best, "costs", COST_COLUMNS, lambda s: cost_cells(s, notes)),
+        _notes(notes),
         "<h2>By city</h2>", _cities_table(scenario, summaries),
         "<p class=muted>Map: Natural Earth 1:110m land (public domain), via world-atlas. Charts: uPlot.</p>",
         script("const PLAN = " + json.dumps(plan) + ";\nconst LAND = " + (_VENDOR / "land-110m.json").read_text()

@@ -13,12 +13,18 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from firsttoken.geo.places import GeoError, Place, resolve
+from firsttoken.plan import prices
 from firsttoken.plan.arrivals import SHAPES, Arrivals, Bursts
 from firsttoken.plan.workload import LengthsError, read_lengths
 from firsttoken.sim.catalogue import Catalogue, CatalogueError
 from firsttoken.sim.roofline import DEFAULT_LOAD_BANDWIDTH_GB_S, ENGINE_START_S, Deployment, DeploymentError
 
 DEFAULT_START = datetime(2026, 3, 2, tzinfo=UTC)  # a Monday's midnight, UTC: any fixed time keeps runs repeatable
+
+
+# The Uptime Institute's global survey average (2023: 1.58) is an old enterprise room's; hyperscale halls
+# report 1.1-1.2. Between the two, for a colocation hall: chosen, and a scenario says its own.
+DEFAULT_PUE = 1.4
 
 
 class ScenarioError(ValueError):
@@ -104,6 +110,15 @@ class Workload(_Strict):
         return where
 
 
+class Power(_Strict):
+    """Electricity where the GPUs are, when it is bought apart from the GPU-hour."""
+
+    usd_per_kwh: float = Field(ge=0, description="what a kWh costs there")
+    source: str | None = Field(None, description="where it comes from, in words: grid, diesel generators, solar")
+    pue: float = Field(DEFAULT_PUE, ge=1, description="the facility's power usage effectiveness: cooling and "
+                       "losses, per watt the IT load draws")
+
+
 class SelfHosted(_Strict):
     place: str = Field(description="where the GPUs are: a region code, a city or lat,lon")
     gpu: str = "h100"
@@ -111,10 +126,27 @@ class SelfHosted(_Strict):
     precision: Literal["bf16", "fp8", "int4"] = "bf16"
     tp: int = Field(1, ge=1, le=64)
     replicas: int = Field(1, ge=1, le=256)
-    usd_per_gpu_hour: float = Field(ge=0, description="what one GPU costs an hour there (while loaded)")
+    usd_per_gpu_hour: float = Field(ge=0, description="what one GPU costs an hour there (while loaded); unset: "
+                                    "the shipped table's on-demand price for the GPU at that place")
+    price_source: str | None = Field(None, description="where the price comes from (the table's row, when it "
+                                     "gave the price)")
+    power: Power | None = Field(None, description="the electricity at that place, where it is paid apart from "
+                                "the GPU-hour (a colocation)")
     idle_unload_s: float | None = Field(None, gt=0, description="scale to zero: idle this long, the model is "
                                         "unloaded and the next request waits for it to load back")
     load_gb_s: float = Field(DEFAULT_LOAD_BANDWIDTH_GB_S, gt=0, description="weights' load bandwidth, GB/s")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _priced(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or data.get("usd_per_gpu_hour") is not None or "place" not in data:
+            return data
+        where = _place(data["place"])
+        try:
+            row = prices.gpu_hour(data.get("gpu", "h100"), where.code or where.name)
+        except prices.NoPrice as exc:
+            raise ValueError(str(exc)) from None
+        return {**data, "usd_per_gpu_hour": row.usd, "price_source": data.get("price_source") or row.cited}
 
     @property
     def cold_start_s(self) -> float:
@@ -143,8 +175,25 @@ class ProviderApi(_Strict):
     model: str
     ttft_ms: float = Field(gt=0, description="median time to first token at the provider, network excluded")
     itl_ms: float = Field(gt=0, description="time between output tokens")
-    usd_per_million_input: float = Field(ge=0)
+    usd_per_million_input: float = Field(ge=0, description="unset (with the output's): the shipped table's")
     usd_per_million_output: float = Field(ge=0)
+    price_source: str | None = Field(None, description="where the prices come from (the table's row, when it "
+                                     "gave them)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _priced(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "model" not in data or (
+                data.get("usd_per_million_input") is not None and data.get("usd_per_million_output") is not None):
+            return data
+        try:
+            row = prices.api_price(data["model"])
+        except prices.NoPrice as exc:
+            raise ValueError(str(exc)) from None
+        given = {key: value for key, value in data.items() if value is not None}
+        table = {"usd_per_million_input": row.usd_per_million_input,
+                 "usd_per_million_output": row.usd_per_million_output}
+        return {**table, **given, "price_source": data.get("price_source") or row.cited}
 
     @model_validator(mode="after")
     def _resolves(self) -> ProviderApi:

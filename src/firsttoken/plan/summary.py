@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from firsttoken.plan.scenario import Scenario
+from firsttoken.plan.energy import gpu_kwh
+from firsttoken.plan.scenario import DEFAULT_PUE, Scenario
 from firsttoken.plan.simulate import Journey, Run
 
 HOURS_PER_MONTH = 730.0  # 365 × 24 / 12
@@ -55,8 +56,12 @@ class OptionSummary:
     phases: dict[str, float]  # mean seconds of each part of the time to first token (streamed)
     decode_s: float  # mean seconds from the first token to the last
     gpu_utilisation: float | None  # of the replicas' time, the share spent running steps
-    usd_per_month: float
+    usd_per_month: float  # all of it: GPU-hours or tokens, the gateway, and power where it is paid apart
     usd_per_million_tokens: float
+    price_source: str | None  # where the GPU-hour or token prices come from; None: the scenario gave them
+    kwh_per_million_tokens: float | None  # the GPUs' energy, the facility's PUE included; None for an API
+    usd_power_per_month: float | None  # electricity bought apart from the GPU-hour (in usd_per_month too)
+    power_source: str | None  # where that electricity comes from, as the scenario says
     cities: list[CitySummary]
     ttft_cdf: list[float]  # seconds at the 0th, 1st, …, 100th percentile: the CDF of time to first token
 
@@ -79,14 +84,24 @@ def summarise(scenario: Scenario, run: Run) -> OptionSummary:
     tokens = sum(j.prompt + j.answer for j in served) * per_month
     upstream = [j for j in served if not j.from_cache]
     hosted, api, gateway = run.option.self_hosted, run.option.api, run.option.gateway
+    kwh = power_usd = None
     if hosted is not None:  # billed while loaded: always, unless it scales to zero
         usd = hosted.usd_per_gpu_hour * hosted.tp * run.loaded_s / run.ended * HOURS_PER_MONTH
         utilisation: float | None = run.busy_s / (run.ended * run.replicas)
+        power_w = hosted.deployment.gpu.power_w
+        if power_w is not None:
+            pue = hosted.power.pue if hosted.power is not None else DEFAULT_PUE
+            kwh = gpu_kwh(power_w, hosted.tp, run.busy_s, run.loaded_s, pue) * per_month
+        if hosted.power is not None and kwh is not None:
+            power_usd = kwh * hosted.power.usd_per_kwh
+            usd += power_usd
+        price_source = hosted.price_source
     else:
         assert api is not None
         usd = sum(j.prompt * api.usd_per_million_input + j.answer * api.usd_per_million_output
                   for j in upstream) / 1e6 * per_month
         utilisation = None
+        price_source = api.price_source
     usd += gateway.usd_per_month if gateway is not None else 0.0
     phases = {
         "handshakes": _mean([j.handshakes_s for j in served]),
@@ -110,7 +125,9 @@ def summarise(scenario: Scenario, run: Run) -> OptionSummary:
         len(run.journeys) - len(served), len(served) - len(upstream), run.cold_starts, Spread.of(ttft),
         Spread.of(e2e), float(np.median(tpot)) * 1000 if tpot else float("nan"), phases,
         _mean([j.finished - j.first_token for j in served]), utilisation, usd,
-        usd / tokens * 1e6 if tokens else float("nan"), cities,
+        usd / tokens * 1e6 if tokens else float("nan"), price_source,
+        kwh / tokens * 1e6 if kwh is not None and tokens else None, power_usd,
+        hosted.power.source if hosted is not None and hosted.power is not None else None, cities,
         [float(v) for v in np.percentile(ttft, np.arange(101))] if len(ttft) else [])
 
 

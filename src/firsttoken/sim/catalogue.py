@@ -45,13 +45,15 @@ class Gpu:
     bandwidth_tb_s: float
     bf16_tflops: float  # dense, no sparsity
     fp8_tflops: float | None = None  # None: no fp8 tensor cores; fp8 weights are upcast and run at bf16 speed
+    power_w: float | None = None  # the board's maximum power (TDP), for the planner's energy; None: unknown
 
     def __post_init__(self) -> None:
         _check_name(self.name)
         for f in ("memory_gb", "bandwidth_tb_s", "bf16_tflops"):
             _check_positive(self, f, getattr(self, f))
-        if self.fp8_tflops is not None:
-            _check_positive(self, "fp8_tflops", self.fp8_tflops)
+        for f in ("fp8_tflops", "power_w"):
+            if getattr(self, f) is not None:
+                _check_positive(self, f, getattr(self, f))
 
     def peak_flops(self, precision: str) -> float:
         """Dense FLOP/s the matmuls of `precision` run at (int4 is weight-only, so bf16 compute)."""
@@ -125,10 +127,10 @@ class Model:
 
 # Sources: vendor datasheets, dense (non-sparse) tensor throughput; see shared/reference/published_numbers.md.
 BUILTIN_GPUS: tuple[Gpu, ...] = (
-    Gpu("a100", 80, 2.039, 312, None),  # NVIDIA A100 SXM 80GB datasheet (HBM2e); no fp8 tensor cores
-    Gpu("h100", 80, 3.35, 989, 1979),  # NVIDIA H100 SXM datasheet (HBM3)
-    Gpu("h200", 141, 4.8, 989, 1979),  # NVIDIA H200 SXM datasheet (HBM3e); same compute as H100
-    Gpu("l4", 24, 0.3, 121, 242),  # NVIDIA L4 datasheet (GDDR6)
+    Gpu("a100", 80, 2.039, 312, None, 400),  # NVIDIA A100 SXM 80GB datasheet (HBM2e, 400 W); no fp8 tensor cores
+    Gpu("h100", 80, 3.35, 989, 1979, 700),  # NVIDIA H100 SXM datasheet (HBM3; up to 700 W)
+    Gpu("h200", 141, 4.8, 989, 1979, 700),  # NVIDIA H200 SXM datasheet (HBM3e; up to 700 W); same compute as H100
+    Gpu("l4", 24, 0.3, 121, 242, 72),  # NVIDIA L4 datasheet (GDDR6, 72 W)
 )
 
 # Sources: each model's published config.json on Hugging Face (layers, hidden, heads, KV heads, head_dim,
