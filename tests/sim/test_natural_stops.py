@@ -129,3 +129,11 @@ def test_the_kind_of_request() -> None:
     assert lengths.kind_of("Answer yes or no: is Lagos in Nigeria?") is Kind.CLASSIFICATION
     assert lengths.kind_of("<fim_prefix>def add(a, b):<fim_suffix><fim_middle>") is Kind.CODE_COMPLETION
     assert lengths.kind_of("Write a Python function that reverses a list") is Kind.CHAT
+
+
+@pytest.mark.parametrize("kind", list(Kind))
+def test_lengths_drawn_many_at_once_are_the_ones_drawn_one_at_a_time(kind: Kind) -> None:
+    import numpy as np
+
+    fractions = np.random.default_rng(4).random(20_000)
+    assert lengths.natural_lengths(kind, fractions).tolist() == [lengths.natural_length(kind, f) for f in fractions]

@@ -11,7 +11,7 @@ time after the request arrives (its median the profile's), then one token per `i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,21 +131,24 @@ def simulate(scenario: Scenario, option: Option, fast: bool = True) -> Run:
 class _Replica:
     """A replica's engine as a SimPy process: sim/replica.py's loop, in virtual time. With `idle_unload_s`
     (scale to zero) a replica left idle that long unloads its model, and the next request waits for it to
-    load back; the requests that waited meanwhile record that part of their wait."""
+    load back; the requests that waited meanwhile record that part of their wait.
+
+    `fast`: while its sequences are all decoding, a replica runs the steps until the first of them finishes
+    as one wait (Engine.decode_run), and a request routed to it meanwhile cuts the run short where the step under
+    way ends, as stepping would have admitted it. Requests routed to other replicas do not disturb it."""
 
     def __init__(self, env: simpy.Environment, engine: Engine, idle_unload_s: float | None, load_s: float,
-                 next_arrival: Callable[[], float] | None) -> None:
+                 fast: bool) -> None:
         self.env, self.engine = env, engine
         self.idle_unload_s, self.load_s = idle_unload_s, load_s
-        # When the next request arrives anywhere: until then, stretches of pure decode run as one step
-        # (Engine.skip_ahead). None: one step at a time, as the live region runs.
-        self.next_arrival = next_arrival
+        self.fast = fast
         self.busy_s = 0.0
         self.loaded_since: float | None = 0.0  # None while unloaded
         self.loaded_s = 0.0
         self.loads = 0
         self._wake: simpy.Event | None = None
-        env.process(self._run())
+        self._in_run = False  # waiting out a decode run that a new request cuts short
+        self._process = env.process(self._run())
 
     @property
     def load(self) -> int:
@@ -155,6 +158,9 @@ class _Replica:
         self.engine.submit(sequence)
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
+        elif self._in_run:
+            self._in_run = False  # one interruption: the run ends where its step under way does
+            self._process.interrupt()
 
     def close(self, at: float) -> None:
         if self.loaded_since is not None:
@@ -181,39 +187,50 @@ class _Replica:
                 for sequence in self.engine.waiting:
                     sequence.cold_s = env.now - max(sequence.arrived_at, start)
                 self.loads += 1
-            step = None
-            if self.next_arrival is not None:
-                step = self.engine.skip_ahead(env.now, self.next_arrival())
-            step = step or self.engine.step(env.now)
+            ends = self.engine.decode_run(env.now, RUN_STEPS_MOST) if self.fast else None
+            if ends is not None:
+                yield from self._decode_run(ends)
+                continue
+            step = self.engine.step(env.now)
             if step is None:  # nothing admissible: submit() refuses what could never fit, so it cannot last
                 yield env.timeout(0.001)
                 continue
             self.busy_s += step.duration
             yield env.timeout(step.duration)
 
+    def _decode_run(self, ends: np.ndarray) -> Generator[simpy.Event, Any, None]:
+        start, env = self.env.now, self.env
+        steps = len(ends)
+        self._in_run = True
+        try:
+            yield env.timeout(float(ends[-1]) - start)
+        except simpy.Interrupt:  # a request came now: the step under way ends, then it is admitted
+            steps = min(int(np.searchsorted(ends, env.now, side="right")) + 1, steps)
+            yield env.timeout(float(ends[steps - 1]) - env.now)
+        self._in_run = False
+        end = float(ends[steps - 1])
+        self.engine.advance(steps)
+        self.busy_s += end - start
+
+
+RUN_STEPS_MOST = 128  # a decode run's length at most: a run cut short early wastes the steps it worked out
+
 
 def _self_hosted(hosted: SelfHosted, journeys: list[Journey], until: float,
                  fast: bool = True) -> tuple[float, float, int, float]:
     """Runs the journeys through the option's replicas: (busy seconds, loaded seconds, cold starts, the end),
-    the end no earlier than `until`, nor than the last replica unloading. `fast`: skip ahead through pure
-    decode between arrivals (the same result, tested, in a fraction of the steps)."""
+    the end no earlier than `until`, nor than the last replica unloading. `fast`: decode runs between
+    requests (the same result, tested, in a fraction of the steps)."""
     env = simpy.Environment()
     deployment = hosted.deployment
-    upcoming = [0.0]  # when the next journey arrives
-
-    def next_arrival() -> float:
-        return upcoming[0]
-
-    replicas = [_Replica(env, Engine(deployment), hosted.idle_unload_s, hosted.cold_start_s,
-                         next_arrival if fast else None)
+    replicas = [_Replica(env, Engine(deployment), hosted.idle_unload_s, hosted.cold_start_s, fast)
                 for _ in range(hosted.replicas)]
     sequences: list[tuple[Journey, Sequence]] = []
 
     def arrivals() -> Generator[simpy.Event, Any, None]:
-        for index, journey in enumerate(journeys):
+        for journey in journeys:
             if journey.arrived > env.now:
                 yield env.timeout(journey.arrived - env.now)
-            upcoming[0] = journeys[index + 1].arrived if index + 1 < len(journeys) else float("inf")
             sequence = Sequence(journey.prompt, journey.answer, env.now)
             try:
                 min(replicas, key=lambda r: r.load).submit(sequence)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from firsttoken.sim.lengths import Kind, natural_length
+from firsttoken.sim.lengths import Kind, natural_lengths
 
 # A lengths file's columns, by the names traces give them (the Azure LLM inference traces' are the last).
 PROMPT_COLUMNS = ("prompt_tokens", "input_tokens", "ContextTokens")
@@ -95,5 +95,4 @@ def draw(preset: str, count: int, rng: np.random.Generator,
     else:
         drawn = rng.lognormal(np.log(spec.prompt_median), spec.prompt_sigma, count)
         prompts = np.clip(np.rint(drawn), 1, MAX_PROMPT).astype(np.int64)
-    answers = np.array([natural_length(spec.answers, f) for f in rng.random(count)], dtype=np.int64)
-    return prompts, answers
+    return prompts, natural_lengths(spec.answers, rng.random(count))

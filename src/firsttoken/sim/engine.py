@@ -135,35 +135,30 @@ class Engine:
         self._finish(step, end)
         return step
 
-    def skip_ahead(self, now: float, until: float) -> Step | None:
-        """Several steps at once, all ending by `until`, where nothing can change but the tokens: every running
-        sequence decoding, none waiting that could be admitted, none finishing before the last of them. The
-        same sequences, tokens and times as calling step() over and over, at the cost of one (the planner's
-        fast path: the live region steps one at a time). None when fewer than two such steps fit."""
+    def decode_run(self, now: float, most: int) -> np.ndarray | None:
+        """When each of the next steps would end if nothing came: every running sequence decoding and none
+        waiting that could be admitted, up to the step before the first of them finishes (step() runs that
+        one: a finish frees its place when its step starts, which routing sees), `most` at most. Nothing is
+        applied (advance() applies as many as ran before something came). The planner's fast path: the
+        same tokens and times as calling step() over and over, at the cost of one; the live region steps
+        one at a time. None when not in such a state, or when fewer than two steps would run."""
         self._admit(now)
-        running = self.running
-        if not running or any(s.prefilled < s.prompt_tokens for s in running):
-            return None
-        left = min(s.max_output - s.generated for s in running)
-        if left < 2:
-            return None
-        batch, context = len(running), sum(s.context for s in running)
-        if until != float("inf"):  # no more steps than could fit: the first is the shortest (contexts grow)
-            first = self.deployment.mixed_step_s(batch, context, 0, 0)
-            if now + 2 * first > until:
+        left, context = most + 1, 0
+        for sequence in self.running:  # one pass: this runs once per decode run, for every sequence
+            if sequence.prefilled < sequence.prompt_tokens:
                 return None
-            left = min(left, int((until - now) / first) + 1)
-        durations = self.deployment.decode_steps_s(batch, context, left)
-        ends = now + np.cumsum(durations)
-        count = int(np.searchsorted(ends, until, side="right"))  # the steps that end by `until`
-        if count < 2:
+            left = min(left, sequence.max_output - sequence.generated)
+            context += sequence.prefilled + sequence.generated
+        left -= 1
+        if not self.running or left < 2:
             return None
-        end = float(ends[count - 1])
-        step = Step(end - now, tokens=list(running))
-        for sequence in running:
-            sequence.generated += count
-        self._finish(step, end)
-        return step
+        durations = self.deployment.decode_steps_s(len(self.running), context, left)
+        return now + np.cumsum(durations)
+
+    def advance(self, steps: int) -> None:
+        """The first `steps` steps of a decode_run have run (none of them finishes a sequence)."""
+        for sequence in self.running:
+            sequence.generated += steps
 
     def _finish(self, step: Step, end: float) -> None:
         """The sequences of `step` that reached their answer's length end at `end`, and free their KV."""

@@ -24,6 +24,7 @@ from enum import Enum
 from statistics import NormalDist
 from typing import Any
 
+import numpy as np
 import orjson
 
 
@@ -71,6 +72,12 @@ def natural_length(kind: Kind, fraction: float) -> int:
     at = min(bisect_right([p for p, _ in table], percentile), len(table) - 1)
     (p0, n0), (p1, n1) = table[at - 1], table[at]
     return max(round(n0 + (n1 - n0) * (percentile - p0) / (p1 - p0)), 1)
+
+
+def natural_lengths(kind: Kind, fractions: np.ndarray) -> np.ndarray:
+    """natural_length for many fractions at once (the planner draws a day's requests)."""
+    percentiles, lengths = zip(*_LENGTHS[kind], strict=True)
+    return np.maximum(np.rint(np.interp(fractions * 100, percentiles, lengths)), 1).astype(np.int64)
 
 
 # How long a reasoning model thinks, by effort: log-normal, median 256 / 512 / 1 024 tokens, σ 0.8 (about

@@ -178,9 +178,13 @@ class Deployment:
         """`count` decode steps in a row of the same `batch` sequences, holding `context` tokens in all at the
         first (each step adds `batch`): what mixed_step_s gives each, computed at once (the planner skips
         ahead through stretches of pure decode with it)."""
+        # _step_parts(batch, c, c) for each step's context c, with its scalar parts worked out once: both
+        # times are a constant plus a multiple of c (this runs once per decode run, on short arrays)
+        memory_0, compute_0 = self._step_parts(batch, 0, 0)
+        memory_1, compute_1 = self._step_parts(batch, 1, 1)
         contexts = context + batch * np.arange(count, dtype=np.float64)
-        memory_s, compute_s = self._step_parts(batch, contexts, contexts)
-        return np.maximum(memory_s, compute_s) + self._fixed_s()
+        return np.maximum(memory_0 + (memory_1 - memory_0) * contexts,
+                          compute_0 + (compute_1 - compute_0) * contexts) + self._fixed_s()
 
     def _step_parts(self, tokens: int, kv_tokens: Any, attended: Any) -> tuple[Any, Any]:
         """A step's memory time and compute time: the weights `tokens` touch and `kv_tokens` of KV read or
