@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from firsttoken.plan.energy import gpu_kwh
+from firsttoken.plan.network import Route
 from firsttoken.plan.scenario import DEFAULT_PUE, Scenario
 from firsttoken.plan.simulate import Journey, Run
 
@@ -69,20 +70,56 @@ class OptionSummary:
         return asdict(self)
 
 
-def _felt(journeys: list[Journey], stream: bool) -> tuple[np.ndarray, np.ndarray]:
-    sent = np.array([j.sent for j in journeys])
-    back = np.array([j.one_way_s for j in journeys])
-    e2e = np.array([j.finished for j in journeys]) + back - sent
-    ttft = np.array([j.first_token for j in journeys]) + back - sent if stream else e2e
-    return ttft, e2e
+@dataclass(frozen=True)
+class _Columns:
+    """The served journeys' times as arrays, read in one pass (a day's run has a million journeys)."""
+
+    sent: np.ndarray
+    arrived: np.ndarray
+    admitted: np.ndarray
+    first_token: np.ndarray
+    finished: np.ndarray
+    cold: np.ndarray
+    handshakes: np.ndarray
+    floor_ms: np.ndarray  # both legs' together, where there are two
+    tax_ms: np.ndarray
+    mile_ms: np.ndarray
+    prompt: np.ndarray
+    answer: np.ndarray
+    city: np.ndarray
+    upstream: np.ndarray  # reached the option: not answered by the gateway's edge cache
+
+    @staticmethod
+    def of(journeys: list[Journey]) -> _Columns:
+        rows = np.array([(j.sent, j.arrived, j.admitted, j.first_token, j.finished, j.cold_s, j.handshakes_s,
+                          *_legs(j.near, j.far), j.prompt, j.answer, j.city, not j.from_cache)
+                         for j in journeys], dtype=np.float64).reshape(-1, 14)
+        columns = list(rows.T)
+        columns[12] = columns[12].astype(np.int64)
+        columns[13] = columns[13].astype(bool)
+        return _Columns(*columns)
+
+    def felt(self, stream: bool) -> tuple[np.ndarray, np.ndarray]:
+        """Time to first token and to the last, from the user's send to the token on their screen."""
+        back = (self.floor_ms + self.tax_ms + self.mile_ms) / 2000
+        e2e = self.finished + back - self.sent
+        return (self.first_token + back - self.sent if stream else e2e), e2e
+
+
+def _legs(near: Route, far: Route | None) -> tuple[float, float, float]:
+    if far is None:
+        return near.floor_ms, near.distance_tax_ms, near.last_mile_ms
+    return (near.floor_ms + far.floor_ms, near.distance_tax_ms + far.distance_tax_ms,
+            near.last_mile_ms + far.last_mile_ms)
 
 
 def summarise(scenario: Scenario, run: Run) -> OptionSummary:
     served = [j for j in run.journeys if not j.refused]
-    ttft, e2e = _felt(served, scenario.workload.stream)
+    columns = _Columns.of(served)
+    ttft, e2e = columns.felt(scenario.workload.stream)
     per_month = HOURS_PER_MONTH * 3600 / scenario.duration_s
-    tokens = sum(j.prompt + j.answer for j in served) * per_month
-    upstream = [j for j in served if not j.from_cache]
+    tokens = float(np.sum(columns.prompt + columns.answer)) * per_month
+    upstream = columns.upstream
     hosted, api, gateway = run.option.self_hosted, run.option.api, run.option.gateway
     kwh = power_usd = None
     if hosted is not None:  # billed while loaded: always, unless it scales to zero
@@ -98,41 +135,44 @@ def summarise(scenario: Scenario, run: Run) -> OptionSummary:
         price_source = hosted.price_source
     else:
         assert api is not None
-        usd = sum(j.prompt * api.usd_per_million_input + j.answer * api.usd_per_million_output
-                  for j in upstream) / 1e6 * per_month
+        usd = float(np.sum(columns.prompt[upstream] * api.usd_per_million_input
+                           + columns.answer[upstream] * api.usd_per_million_output)) / 1e6 * per_month
         utilisation = None
         price_source = api.price_source
     usd += gateway.usd_per_month if gateway is not None else 0.0
     phases = {
-        "handshakes": _mean([j.handshakes_s for j in served]),
-        "floor": _mean([sum(leg.floor_ms for leg in j.legs) / 1000 for j in served]),
-        "distance tax": _mean([sum(leg.distance_tax_ms for leg in j.legs) / 1000 for j in served]),
-        "last mile": _mean([sum(leg.last_mile_ms for leg in j.legs) / 1000 for j in served]),
-        "cold start": _mean([j.cold_s for j in served]),
-        "queue": _mean([j.admitted - j.arrived - j.cold_s for j in served]),
-        "prefill": _mean([j.first_token - j.admitted for j in served]),
+        "handshakes": _mean(columns.handshakes),
+        "floor": _mean(columns.floor_ms / 1000),
+        "distance tax": _mean(columns.tax_ms / 1000),
+        "last mile": _mean(columns.mile_ms / 1000),
+        "cold start": _mean(columns.cold),
+        "queue": _mean(columns.admitted - columns.arrived - columns.cold),
+        "prefill": _mean(columns.first_token - columns.admitted),
     }
-    tpot = [(j.finished - j.first_token) / (j.answer - 1) for j in upstream if j.answer > 1]
+    decoded = upstream & (columns.answer > 1)
+    tpot = (columns.finished - columns.first_token)[decoded] / (columns.answer[decoded] - 1)
     cities = []
     for index, city in enumerate(scenario.users.cities):
-        mine = [i for i, j in enumerate(served) if j.city == index]
-        legs = next((served[i].legs for i in mine if not served[i].from_cache), ())
-        cities.append(CitySummary(city.place, len(mine), sum(leg.floor_ms for leg in legs) if legs else float("nan"),
-                                  sum(leg.rtt_ms for leg in legs) if legs else float("nan"), Spread.of(ttft[mine]),
-                                  Spread.of(e2e[mine])))
+        mine = columns.city == index
+        reached = np.flatnonzero(mine & upstream)  # the way to the option, from one that took it
+        rtt = columns.floor_ms + columns.tax_ms + columns.mile_ms
+        cities.append(CitySummary(city.place, int(mine.sum()),
+                                  float(columns.floor_ms[reached[0]]) if len(reached) else float("nan"),
+                                  float(rtt[reached[0]]) if len(reached) else float("nan"),
+                                  Spread.of(ttft[mine]), Spread.of(e2e[mine])))
     return OptionSummary(
         run.option.name, run.option.where.code or run.option.where.name, len(served),
-        len(run.journeys) - len(served), len(served) - len(upstream), run.cold_starts, Spread.of(ttft),
-        Spread.of(e2e), float(np.median(tpot)) * 1000 if tpot else float("nan"), phases,
-        _mean([j.finished - j.first_token for j in served]), utilisation, usd,
+        len(run.journeys) - len(served), len(served) - int(upstream.sum()), run.cold_starts, Spread.of(ttft),
+        Spread.of(e2e), float(np.median(tpot)) * 1000 if len(tpot) else float("nan"), phases,
+        _mean(columns.finished - columns.first_token), utilisation, usd,
         usd / tokens * 1e6 if tokens else float("nan"), price_source,
         kwh / tokens * 1e6 if kwh is not None and tokens else None, power_usd,
         hosted.power.source if hosted is not None and hosted.power is not None else None, cities,
         [float(v) for v in np.percentile(ttft, np.arange(101))] if len(ttft) else [])
 
 
-def _mean(values: list[float]) -> float:
-    return float(np.mean(values)) if values else float("nan")
+def _mean(values: np.ndarray) -> float:
+    return float(np.mean(values)) if len(values) else float("nan")
 
 
 def recommend(summaries: list[OptionSummary]) -> str:

@@ -7,6 +7,7 @@ the ideal times into measured ones; `Efficiency` holds them, calibrated against 
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -178,13 +179,9 @@ class Deployment:
         """`count` decode steps in a row of the same `batch` sequences, holding `context` tokens in all at the
         first (each step adds `batch`): what mixed_step_s gives each, computed at once (the planner skips
         ahead through stretches of pure decode with it)."""
-        # _step_parts(batch, c, c) for each step's context c, with its scalar parts worked out once: both
-        # times are a constant plus a multiple of c (this runs once per decode run, on short arrays)
-        memory_0, compute_0 = self._step_parts(batch, 0, 0)
-        memory_1, compute_1 = self._step_parts(batch, 1, 1)
+        memory_0, memory_per, compute_0, compute_per = _decode_lines(self, batch)
         contexts = context + batch * np.arange(count, dtype=np.float64)
-        return np.maximum(memory_0 + (memory_1 - memory_0) * contexts,
-                          compute_0 + (compute_1 - compute_0) * contexts) + self._fixed_s()
+        return np.maximum(memory_0 + memory_per * contexts, compute_0 + compute_per * contexts) + self._fixed_s()
 
     def _step_parts(self, tokens: int, kv_tokens: Any, attended: Any) -> tuple[Any, Any]:
         """A step's memory time and compute time: the weights `tokens` touch and `kv_tokens` of KV read or
@@ -224,3 +221,13 @@ class Deployment:
                 f"{RESERVED_FRACTION:.0%} reserved), leaving nothing for the KV cache. Use at least "
                 f"{need_gpus} GPUs' worth of memory (a larger tp or GPU)"
                 + (f", or a smaller precision ({others})." if others else "."))
+
+
+@functools.lru_cache(maxsize=4096)
+def _decode_lines(deployment: Deployment, batch: int) -> tuple[float, float, float, float]:
+    """A decode step of `batch` sequences holding c tokens in all: its memory time and its compute time,
+    each a constant plus a multiple of c (Deployment._step_parts), as (constant, per token) twice. Worked
+    out once per batch size: the planner's decode runs ask for them hundreds of thousands of times."""
+    memory_0, compute_0 = deployment._step_parts(batch, 0, 0)
+    memory_1, compute_1 = deployment._step_parts(batch, 1, 1)
+    return memory_0, memory_1 - memory_0, compute_0, compute_1 - compute_0
