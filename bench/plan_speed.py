@@ -2,7 +2,7 @@
 a search of a hundred options.
 
     .venv/bin/python bench/plan_speed.py [--hours 24] [--rate 11.6] [--replicas 2]
-    .venv/bin/python bench/plan_speed.py --search [--hours 1] [--rate 4] [--processes 2]
+    .venv/bin/python bench/plan_speed.py --search [--hours 1] [--rate 4] [--processes 2] [--cluster]
 
 Prints the requests simulated and the wall time, and for one option the same with skipping ahead turned
 off over a shorter stretch (one step at a time, as the live region runs), for the ratio.
@@ -33,8 +33,9 @@ def timed(plan: Scenario, fast: bool) -> tuple[int, float]:
     return len(run.journeys), time.perf_counter() - started
 
 
-def search(hours: float, rate: float, processes: int) -> None:
-    """A hundred options: five places, two models, one to five replicas, with and without a gateway."""
+def search(hours: float, rate: float, processes: int, on_cluster: bool) -> None:
+    """A hundred options: five places, two models, one to five replicas, with and without a gateway; with
+    `on_cluster`, the same grid again on a local Dask cluster of as many worker processes."""
     plan = scenario(hours, rate, 1).model_copy(update={"options": [], "search": Search.model_validate({
         "base": {"gpu": "h100", "usd_per_gpu_hour": 4},
         "vary": {"place": ["aws:us-east-1", "aws:eu-west-1", "aws:af-south-1", "aws:me-south-1", "lagos"],
@@ -46,6 +47,17 @@ def search(hours: float, rate: float, processes: int) -> None:
     requests = sum(s.requests for s in summaries)
     print(f"{len(summaries)} options ({len(left_out)} left out), {requests:,} requests, {processes} processes: "
           f"{wall:.1f} s; {len(pareto(summaries))} on the front")
+    if on_cluster:
+        from distributed import LocalCluster
+
+        with LocalCluster(n_workers=processes, threads_per_worker=1, processes=True, host="127.0.0.1",
+                          dashboard_address=None) as cluster:
+            started = time.perf_counter()
+            there = compare(plan, cluster=cluster.scheduler_address)
+            on = time.perf_counter() - started
+        same = "the same summaries" if there == summaries else "DIFFERENT summaries"
+        print(f"the same grid on a local Dask cluster of {processes} worker processes: {on:.1f} s "
+              f"({on / wall:.2f}× the processes' time), {same}")
 
 
 def main() -> None:
@@ -55,9 +67,10 @@ def main() -> None:
     parser.add_argument("--replicas", type=int, default=2)
     parser.add_argument("--search", action="store_true", help="a hundred options instead of one")
     parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--cluster", action="store_true", help="with --search: the grid on a local Dask cluster too")
     args = parser.parse_args()
     if args.search:
-        search(args.hours or 1.0, args.rate or 4.0, args.processes)
+        search(args.hours or 1.0, args.rate or 4.0, args.processes, args.cluster)
         return
     args.hours, args.rate = args.hours or 24.0, args.rate or 11.6
     requests, wall = timed(scenario(args.hours, args.rate, args.replicas), fast=True)

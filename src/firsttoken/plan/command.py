@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.progress import Progress
 
 from firsttoken.plan import report
-from firsttoken.plan.compare import compare
+from firsttoken.plan.compare import ClusterError, compare
 from firsttoken.plan.render import show
 from firsttoken.plan.scenario import ScenarioError, load
 from firsttoken.plan.search import pareto, with_grid
@@ -28,10 +28,12 @@ err = Console(stderr=True, highlight=False)
               help="Also write the report as one self-contained HTML page (map, charts, tables) here.")
 @click.option("--processes", type=click.IntRange(1, 256), default=1, show_default=True,
               help="Options simulated at once, each in a process of its own.")
+@click.option("--cluster", metavar="ADDRESS", default=None,
+              help="A Dask scheduler (tcp://host:8786) whose workers simulate the options instead of this machine.")
 @click.option("--search", "searching", is_flag=True,
               help="Also run the scenario's search: grid, and show the Pareto front of TTFT p95 against cost.")
 def plan(scenario_path: str, duration_s: float | None, as_json: bool, html_path: str | None, processes: int,
-         searching: bool) -> None:
+         cluster: str | None, searching: bool) -> None:
     """Which option should these users' requests go to? Each option runs the scenario's traffic through the
     simulated region's engine in virtual time; the table says what users in each city would feel, and
     what it would cost."""
@@ -48,9 +50,17 @@ def plan(scenario_path: str, duration_s: float | None, as_json: bool, html_path:
             err.print(f"firsttoken plan: {scenario_path} has no search: grid to sweep", markup=False)
             sys.exit(2)
         scenario, left_out = with_grid(scenario)
+    if cluster is not None and processes > 1:
+        err.print("firsttoken plan: --cluster or --processes, not both (the cluster's workers are the processes)",
+                  markup=False)
+        sys.exit(2)
     with Progress(console=err, transient=True, disable=as_json) as progress:
         task = progress.add_task(f"simulating {len(scenario.options)} options", total=len(scenario.options))
-        everything = compare(scenario, lambda name: progress.advance(task), processes)
+        try:
+            everything = compare(scenario, lambda name: progress.advance(task), processes, cluster)
+        except ClusterError as exc:
+            err.print(f"firsttoken plan: {exc}", markup=False, soft_wrap=True)
+            sys.exit(2)
     summaries = everything
     if searching:  # what is shown and drawn: the front
         summaries = pareto(everything)

@@ -1,6 +1,7 @@
-"""Every option of a scenario: one after the other, or each in a process of its own (the engine is pure
-Python: threads would share one core). A process costs about a second to start (it imports the planner),
-so it pays only when an option's run takes longer than that."""
+"""Every option of a scenario: one after the other, each in a process of its own (the engine is pure
+Python: threads would share one core), or each a task on a Dask cluster for a sweep that outgrows one
+machine. A process costs about a second to start (it imports the planner), so it pays only when an
+option's run takes longer than that."""
 
 from __future__ import annotations
 
@@ -17,9 +18,16 @@ def plan_option(scenario: Scenario, index: int) -> OptionSummary:
     return summarise(scenario, simulate(scenario, scenario.options[index]))
 
 
+class ClusterError(RuntimeError):
+    """The Dask cluster cannot be used: not installed here, or not answering at its address."""
+
+
 def compare(scenario: Scenario, done: Callable[[str], None] = lambda name: None,
-            processes: int = 1) -> list[OptionSummary]:
-    """The options' summaries, in the scenario's order; `done` hears each option's name as it finishes."""
+            processes: int = 1, cluster: str | None = None) -> list[OptionSummary]:
+    """The options' summaries, in the scenario's order; `done` hears each option's name as it finishes.
+    `cluster`: a Dask scheduler's address (tcp://host:8786), whose workers run the options instead."""
+    if cluster is not None:
+        return _on_cluster(scenario, done, cluster)
     count = len(scenario.options)
     processes = min(count, processes)
     if processes == 1:
@@ -37,3 +45,30 @@ def compare(scenario: Scenario, done: Callable[[str], None] = lambda name: None,
             results[index] = finished.result()
             done(scenario.options[index].name)
     return [results[index] for index in range(count)]
+
+
+CONNECT_TIMEOUT_S = 10
+
+
+def _on_cluster(scenario: Scenario, done: Callable[[str], None], address: str) -> list[OptionSummary]:
+    """Each option a task on the Dask cluster at `address`, whose workers have this version of firsttoken
+    installed (and a lengths file, if the scenario names one, at the same path). The scenario goes to the
+    workers once; the summaries come back."""
+    try:
+        from distributed import Client, as_completed  # optional: pip install 'firsttoken[cluster]'
+    except ImportError:
+        raise ClusterError("--cluster needs Dask's distributed scheduler: pip install 'firsttoken[cluster]'") from None
+    try:
+        client = Client(address, timeout=CONNECT_TIMEOUT_S)
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise ClusterError(f"no Dask scheduler answers at {address}: {exc}") from None
+    with client:
+        shared = client.scatter(scenario, broadcast=True)
+        running = {client.submit(plan_option, shared, index, pure=False): index
+                   for index in range(len(scenario.options))}
+        results: dict[int, OptionSummary] = {}
+        for finished in as_completed(running):
+            index = running[finished]
+            results[index] = finished.result()
+            done(scenario.options[index].name)
+    return [results[index] for index in range(len(scenario.options))]
