@@ -45,6 +45,9 @@ def test_the_report_opens_offline_and_draws_every_option(tmp_path) -> None:
         assert page.locator("#map polygon.gateway").count() == 2
         assert page.locator("#map path.way").count() == 4 * 7
         assert page.locator("#map path.way.best").count() == 4
+        # Lagos to Virginia is drawn through the cable hubs it passes (Europe), not as one straight line
+        lagos_to_virginia = page.evaluate("PLAN.options.find((o) => o.name.startsWith('us-east-1')).ways[0]")
+        assert len(lagos_to_virginia) > 3 and any(lat > 35 and -10 < lon < 5 for lon, lat in lagos_to_virginia)
         assert page.locator("#cdf canvas").count() >= 1
         legend = page.locator("#cdf .u-legend").inner_text()
         assert all(name in legend for name in ("Lagos colocation", "the same API, gateway in Lagos"))

@@ -93,6 +93,11 @@ def path(a: Place, b: Place) -> Path:
     return Path(tuple(way[1:-1]), float(length))
 
 
+def hub(name: str) -> Place:
+    """A hub of the graph, by the name a Path gives it."""
+    return _graph()[1][name]
+
+
 def rtt_ms(a: Place, b: Place) -> float:
     """The round trip between two places along the cables, without any access network's."""
     return path(a, b).rtt_ms()

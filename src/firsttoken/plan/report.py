@@ -11,8 +11,11 @@ from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
+from firsttoken.geo import paths
 from firsttoken.plan.cells import COST_COLUMNS, FELT_COLUMNS, cost_cells, duration, felt_cells, price_notes
-from firsttoken.plan.scenario import Scenario
+from firsttoken.plan.network import route
+from firsttoken.plan.scenario import Option, Scenario
+from firsttoken.plan.simulate import routes_to
 from firsttoken.plan.summary import PHASES, OptionSummary, recommend
 
 # Distinct on white and in print; the recommended option is drawn thicker rather than in its own colour.
@@ -78,6 +81,19 @@ def _options_table(summaries: list[OptionSummary], colours: dict[str, str], best
     return f'<table class="options {kind}"><thead><tr>{header}</tr></thead><tbody>' + "".join(rows) + "</tbody></table>"
 
 
+def _ways(scenario: Scenario, option: Option) -> list[list[tuple[float, float]]]:
+    """For each city, the [lon, lat] points its requests pass on the way to the option: the cable hubs of
+    each leg, and the gateway between the legs where there is one."""
+    far = route(option.gateway.where, option.where, scenario.path_factor, 0.0) if option.gateway else None
+    ways = []
+    for city, near in zip(scenario.users.cities, routes_to(scenario, option), strict=True):
+        places = [city.where, *map(paths.hub, near.via)]
+        if option.gateway is not None and far is not None:
+            places += [option.gateway.where, *map(paths.hub, far.via)]
+        ways.append([(place.lon, place.lat) for place in [*places, option.where]])
+    return ways
+
+
 def _notes(notes: list[str]) -> str:
     return "".join(f"<p class=muted>[{n}] {html.escape(source)}</p>" for n, source in enumerate(notes, start=1))
 
@@ -101,7 +117,7 @@ def render(scenario: Scenario, summaries: list[OptionSummary]) -> str:
         "users": [{"name": c.place, "lat": c.where.lat, "lon": c.where.lon,
                    "share": c.share / sum(u.share for u in scenario.users.cities)} for c in scenario.users.cities],
         "options": [{"name": o.name, "lat": o.where.lat, "lon": o.where.lon, "color": colours[o.name],
-                     "best": o.name == best, "ttft_cdf": s.ttft_cdf,
+                     "best": o.name == best, "ttft_cdf": s.ttft_cdf, "ways": _ways(scenario, o),
                      "gateway": ({"lat": o.gateway.where.lat, "lon": o.gateway.where.lon} if o.gateway else None)}
                     for o, s in zip(scenario.options, summaries, strict=True)],
     }
@@ -121,7 +137,8 @@ def render(scenario: Scenario, summaries: list[OptionSummary]) -> str:
         f'<p class="lede">{html.escape(recommend(summaries))}</p>',
         "<h2>Where the users and the options are</h2>",
         '<p class=muted>Circles: the users, by their share of the traffic. Squares: the options; triangles: their '
-        "gateways. Lines: the way each city's requests take; the recommended option's is thicker.</p>",
+        "gateways. Lines: the way each city's requests take, along the cables that carry them; the recommended "
+        "option's is thicker.</p>",
         '<svg id="map" role="img" aria-label="map of users and options"></svg>',
         "<h2>Time to first token, as the users feel it</h2>",
         "<p class=muted>For each option, the time within which each share of the requests saw its first token.</p>",

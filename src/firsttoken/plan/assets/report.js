@@ -34,7 +34,9 @@
   function drawMap() {
     const map = document.getElementById("map");
     const places = [...PLAN.users, ...PLAN.options, ...PLAN.options.filter((o) => o.gateway).map((o) => o.gateway)];
-    const lons = places.map((p) => p.lon), lats = places.map((p) => p.lat);
+    const ways = PLAN.options.flatMap((o) => o.ways).flat();  // [lon, lat] along the cables
+    const lons = [...places.map((p) => p.lon), ...ways.map(([lon]) => lon)];
+    const lats = [...places.map((p) => p.lat), ...ways.map(([, lat]) => lat)];
     const [x0, y0] = project(Math.min(...lons) - 15, Math.max(...lats) + 12);
     const [x1, y1] = project(Math.max(...lons) + 15, Math.max(Math.min(...lats) - 12, SOUTH));
     map.setAttribute("viewBox", `${x0} ${y0} ${x1 - x0} ${y1 - y0}`);
@@ -42,9 +44,7 @@
     map.append(el("path", { class: "land", d: land(topojson.feature(LAND, LAND.objects.land)) }));
     const scale = (x1 - x0) / 600;  // marks keep their size whatever the crop
     for (const option of PLAN.options) {
-      for (const user of PLAN.users) {
-        const via = option.gateway ? [[user.lon, user.lat], [option.gateway.lon, option.gateway.lat]] : [];
-        const points = via.length ? [...via, [option.lon, option.lat]] : [[user.lon, user.lat], [option.lon, option.lat]];
+      for (const points of option.ways) {  // each city's way: through the cable hubs, and the gateway
         map.append(el("path", { class: option.best ? "way best" : "way", d: path(points), stroke: option.color,
                                 "stroke-width": (option.best ? 2.2 : 0.8) * scale }));
       }
