@@ -33,14 +33,20 @@ def timed(plan: Scenario, fast: bool) -> tuple[int, float]:
     return len(run.journeys), time.perf_counter() - started
 
 
-def search(hours: float, rate: float, processes: int, on_cluster: bool) -> None:
-    """A hundred options: five places, two models, one to five replicas, with and without a gateway; with
-    `on_cluster`, the same grid again on a local Dask cluster of as many worker processes."""
+def grid_scenario(hours: float, rate: float) -> tuple[Scenario, list[str]]:
+    """A hundred options: five places, two models, one to five replicas, with and without a gateway; and
+    the combinations left out (none, as it stands)."""
     plan = scenario(hours, rate, 1).model_copy(update={"options": [], "search": Search.model_validate({
         "base": {"gpu": "h100", "usd_per_gpu_hour": 4},
         "vary": {"place": ["aws:us-east-1", "aws:eu-west-1", "aws:af-south-1", "aws:me-south-1", "lagos"],
                  "model": ["llama-3.1-8b", "qwen2.5-7b"], "replicas": [1, 2, 3, 4, 5], "gateway": [None, "lagos"]}})})
-    plan, left_out = with_grid(plan)
+    return with_grid(plan)
+
+
+def search(hours: float, rate: float, processes: int, on_cluster: bool) -> None:
+    """The hundred options; with `on_cluster`, the same grid again on a local Dask cluster of as many
+    worker processes."""
+    plan, left_out = grid_scenario(hours, rate)
     started = time.perf_counter()
     summaries = compare(plan, processes=processes)
     wall = time.perf_counter() - started
