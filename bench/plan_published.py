@@ -24,7 +24,8 @@ from rich.table import Table
 from firsttoken.plan.scenario import Scenario
 from firsttoken.plan.simulate import simulate
 from firsttoken.sim.catalogue import Catalogue
-from firsttoken.sim.engine import Engine, Sequence
+from firsttoken.sim.closed_loop import closed_loop
+from firsttoken.sim.engine import Engine
 from firsttoken.sim.roofline import Deployment
 
 ROWS = Path(__file__).parent / "data" / "published_serving.csv"
@@ -45,21 +46,10 @@ def deployment(row: dict[str, str]) -> Deployment:
     return Deployment(catalogue.gpu(row["gpu"]), catalogue.model(row["model"]), row["precision"], int(row["tp"]))
 
 
-def closed_loop(row: dict[str, str], completed: int = 40) -> Measured:
+def closed(row: dict[str, str], completed: int = 40) -> Measured:
     """N users, each sending the next request as the last one ends; the first N are warm-up."""
-    engine, users = Engine(deployment(row)), int(row["concurrency"])
-    prompt, output = int(row["input_tokens"]), int(row["output_tokens"])
-    now, done = 0.0, []
-    for _ in range(users):
-        engine.submit(Sequence(prompt, output, now))
-    while len(done) < completed + users:
-        step = engine.step(now)
-        assert step is not None
-        now += step.duration
-        for finished in step.finished:
-            done.append(finished)
-            engine.submit(Sequence(prompt, output, now))
-    measured = done[users:]
+    measured = closed_loop(Engine(deployment(row)), int(row["concurrency"]), int(row["input_tokens"]),
+                           int(row["output_tokens"]), completed)
     return Measured(statistics.median((s.first_token_at - s.arrived_at) * 1000 for s in measured),
                     statistics.median((s.finished_at - s.first_token_at) / (s.max_output - 1) * 1000
                                       for s in measured if s.max_output > 1))
@@ -99,7 +89,7 @@ def main() -> None:
             table.add_row(row["source_id"], setup, row["concurrency"], "not stated", "not comparable", "")
             continue
         load_is_rate = row["concurrency"].startswith("rate=")
-        measured = poisson(row) if load_is_rate else closed_loop(row)
+        measured = poisson(row) if load_is_rate else closed(row)
         lengths = f"uniform 1–{UNIFORM_UP_TO}" if load_is_rate else f"{row['input_tokens']}/{row['output_tokens']}"
         published = Measured(float(row["ttft_ms"]), float(row["itl_ms"]))
         table.add_row(row["source_id"], setup, row["concurrency"], lengths,

@@ -7,6 +7,7 @@ import statistics
 import pytest
 
 from firsttoken.sim.catalogue import Catalogue
+from firsttoken.sim.closed_loop import closed_loop
 from firsttoken.sim.engine import Engine, Sequence
 from firsttoken.sim.roofline import Deployment
 
@@ -15,22 +16,6 @@ CATALOGUE = Catalogue.builtin()
 
 def deployment(model: str, gpu: str, precision: str, tp: int) -> Deployment:
     return Deployment(CATALOGUE.gpu(gpu), CATALOGUE.model(model), precision, tp)
-
-
-def closed_loop(engine: Engine, clients: int, prompt: int, output: int, completed: int) -> list[Sequence]:
-    """`clients` users each sending the next request the moment the last one ends (how the NIM runs
-    measure concurrency), until `completed` requests have finished; the first `clients` are warm-up."""
-    now, done = 0.0, []
-    for _ in range(clients):
-        engine.submit(Sequence(prompt, output, now))
-    while len(done) < completed:
-        step = engine.step(now)
-        assert step is not None
-        now += step.duration
-        for _finished in step.finished:
-            done.append(_finished)
-            engine.submit(Sequence(prompt, output, now))
-    return done[clients:]
 
 
 def ttft_and_itl(sequences: list[Sequence]) -> tuple[float, float]:
