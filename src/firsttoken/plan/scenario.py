@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from firsttoken.geo.places import GeoError, Place, resolve
 from firsttoken.plan import prices
 from firsttoken.plan.arrivals import SHAPES, Arrivals, Bursts
-from firsttoken.plan.workload import LengthsError, read_lengths
+from firsttoken.plan.workload import PRESETS, LengthsError, read_lengths
 from firsttoken.sim.catalogue import Catalogue, CatalogueError
 from firsttoken.sim.roofline import DEFAULT_LOAD_BANDWIDTH_GB_S, ENGINE_START_S, Deployment, DeploymentError
 
@@ -95,6 +95,14 @@ class Workload(_Strict):
     stream: bool = True
     repeats: float = Field(0.0, ge=0, lt=1, description="the share of requests asked before in the same words: "
                            "a gateway's edge cache answers them")
+    shared_prefix_tokens: int | None = Field(None, ge=0, description="leading prompt tokens every request "
+                                             "repeats (a system prompt, tools): a replica's prefix cache skips "
+                                             "their prefill, a provider bills them at its cached-input price; "
+                                             "unset: the preset's (agent 4 000, classification 160, else 0)")
+
+    @property
+    def shared_prefix(self) -> int:
+        return PRESETS[self.preset].shared_prefix if self.shared_prefix_tokens is None else self.shared_prefix_tokens
 
     @field_validator("lengths")
     @classmethod
@@ -177,6 +185,9 @@ class ProviderApi(_Strict):
     itl_ms: float = Field(gt=0, description="time between output tokens")
     usd_per_million_input: float = Field(ge=0, description="unset (with the output's): the shipped table's")
     usd_per_million_output: float = Field(ge=0)
+    usd_per_million_cached_input: float | None = Field(None, ge=0, description="a prompt prefix the provider "
+                                                       "holds from an earlier request; unset: the table's, or "
+                                                       "the input price")
     price_source: str | None = Field(None, description="where the prices come from (the table's row, when it "
                                      "gave them)")
 
@@ -192,7 +203,8 @@ class ProviderApi(_Strict):
             raise ValueError(str(exc)) from None
         given = {key: value for key, value in data.items() if value is not None}
         table = {"usd_per_million_input": row.usd_per_million_input,
-                 "usd_per_million_output": row.usd_per_million_output}
+                 "usd_per_million_output": row.usd_per_million_output,
+                 "usd_per_million_cached_input": row.usd_per_million_cached_input}
         return {**table, **given, "price_source": data.get("price_source") or row.cited}
 
     @model_validator(mode="after")

@@ -24,6 +24,7 @@ from firsttoken.plan.network import Route, route
 from firsttoken.plan.scenario import Option, ProviderApi, Scenario, SelfHosted
 from firsttoken.plan.workload import draw
 from firsttoken.sim.engine import Engine, Sequence
+from firsttoken.sim.prefix_cache import BLOCK, PrefixCache
 
 API_TTFT_SIGMA = 0.25  # the spread of a provider's time to first token around its median (of the log), chosen
 # A repeated question answered from the gateway's edge cache: its exact hit's time end to end, measured at
@@ -50,6 +51,8 @@ class Journey:
     finished: float = 0.0  # its last token, there
     refused: bool = False  # it could never fit the replica's KV cache
     from_cache: bool = False  # answered by the gateway's edge cache: it never reached the option
+    prefix: int = 0  # leading prompt tokens every request repeats (the workload's shared prefix)
+    cached: int = 0  # of its prompt, the tokens whose prefill the replica's prefix cache skipped
 
     @property
     def one_way_s(self) -> float:
@@ -84,8 +87,9 @@ def traffic(scenario: Scenario, routes: list[Route]) -> list[Journey]:
     reused = rng.random(len(sent)) < users.reuse
     repeats = rng.random(len(sent)) < scenario.workload.repeats
     prompts, answers = draw(scenario.workload.preset, len(sent), rng, scenario.workload.lengths)
+    shared = scenario.workload.shared_prefix
     return [Journey(int(c), routes[c], int(p), int(a), float(t), 0.0 if warm else routes[c].handshakes_ms / 1000,
-                    bool(again))
+                    bool(again), prefix=min(shared, int(p) - 1))
             for c, p, a, t, warm, again in zip(cities, prompts, answers, sent, reused, repeats, strict=True)]
 
 
@@ -168,13 +172,17 @@ class _Replica:
         self.loads = 0
         self._wake: simpy.Event | None = None
         self._in_run = False  # waiting out a decode run that a new request cuts short
+        self.prefix = PrefixCache(engine.kv_capacity // BLOCK)  # as the live replica's: blocks its KV holds
         self._process = env.process(self._run())
 
     @property
     def load(self) -> int:
         return len(self.engine.waiting) + len(self.engine.running)
 
-    def submit(self, sequence: Sequence) -> None:
+    def submit(self, sequence: Sequence, blocks: list[bytes]) -> None:
+        """`blocks`: the request's shared prefix, as block names: what this replica holds is not prefilled."""
+        if blocks:
+            self.prefix.reuse(sequence, blocks)
         self.engine.submit(sequence)
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
@@ -194,9 +202,10 @@ class _Replica:
                 if self.loaded_since is not None and self.idle_unload_s is not None:
                     idle = env.timeout(self.idle_unload_s)
                     yield self._wake | idle
-                    if not self._wake.triggered:  # idle long enough: unloaded
+                    if not self._wake.triggered:  # idle long enough: unloaded, its KV and prefixes gone
                         self.loaded_s += env.now - self.loaded_since
                         self.loaded_since = None
+                        self.prefix.clear()
                         yield self._wake
                 else:
                     yield self._wake
@@ -246,6 +255,9 @@ def _self_hosted(hosted: SelfHosted, journeys: list[Journey], until: float,
     replicas = [_Replica(env, Engine(deployment), hosted.idle_unload_s, hosted.cold_start_s, fast)
                 for _ in range(hosted.replicas)]
     sequences: list[tuple[Journey, Sequence]] = []
+    # Every request's shared prefix is the same text, so its blocks have the same names everywhere.
+    shared_blocks = [f"shared prefix, block {n}".encode() for n in range(max((j.prefix for j in journeys),
+                                                                              default=0) // BLOCK)]
 
     def arrivals() -> Generator[simpy.Event, Any, None]:
         for journey in journeys:
@@ -253,7 +265,7 @@ def _self_hosted(hosted: SelfHosted, journeys: list[Journey], until: float,
                 yield env.timeout(journey.arrived - env.now)
             sequence = Sequence(journey.prompt, journey.answer, env.now)
             try:
-                min(replicas, key=lambda r: r.load).submit(sequence)
+                min(replicas, key=lambda r: r.load).submit(sequence, shared_blocks[:journey.prefix // BLOCK])
             except ValueError:  # larger than the KV cache could ever hold
                 journey.refused = True
                 continue
@@ -266,6 +278,7 @@ def _self_hosted(hosted: SelfHosted, journeys: list[Journey], until: float,
         assert sequence.finished_at is not None
         journey.admitted, journey.first_token = sequence.admitted_at, sequence.first_token_at
         journey.finished, journey.cold_s = sequence.finished_at, sequence.cold_s
+        journey.cached = sequence.cached
     end = max(env.now, until)
     for replica in replicas:
         replica.close(end)

@@ -10,7 +10,7 @@ import numpy as np
 
 from firsttoken.plan.energy import gpu_kwh
 from firsttoken.plan.network import Route
-from firsttoken.plan.scenario import DEFAULT_PUE, Scenario
+from firsttoken.plan.scenario import DEFAULT_PUE, ProviderApi, Scenario
 from firsttoken.plan.simulate import Journey, Run
 
 HOURS_PER_MONTH = 730.0  # 365 × 24 / 12
@@ -59,6 +59,8 @@ class OptionSummary:
     gpu_utilisation: float | None  # of the replicas' time, the share spent running steps
     usd_per_month: float  # all of it: GPU-hours or tokens, the gateway, and power where it is paid apart
     usd_per_million_tokens: float
+    prefix_cached_share: float  # of the prompt tokens that reached the option, those a replica's prefix cache
+    # skipped (self-hosted) or the provider billed as cached input (an API)
     price_source: str | None  # where the GPU-hour or token prices come from; None: the scenario gave them
     kwh_per_million_tokens: float | None  # the GPUs' energy, the facility's PUE included; None for an API
     usd_power_per_month: float | None  # electricity bought apart from the GPU-hour (in usd_per_month too)
@@ -86,17 +88,19 @@ class _Columns:
     mile_ms: np.ndarray
     prompt: np.ndarray
     answer: np.ndarray
+    prefix: np.ndarray  # the shared prefix's tokens in the prompt
+    cached: np.ndarray  # of those, the ones whose prefill a replica's prefix cache skipped
     city: np.ndarray
     upstream: np.ndarray  # reached the option: not answered by the gateway's edge cache
 
     @staticmethod
     def of(journeys: list[Journey]) -> _Columns:
         rows = np.array([(j.sent, j.arrived, j.admitted, j.first_token, j.finished, j.cold_s, j.handshakes_s,
-                          *_legs(j.near, j.far), j.prompt, j.answer, j.city, not j.from_cache)
-                         for j in journeys], dtype=np.float64).reshape(-1, 14)
+                          *_legs(j.near, j.far), j.prompt, j.answer, j.prefix, j.cached, j.city, not j.from_cache)
+                         for j in journeys], dtype=np.float64).reshape(-1, 16)
         columns = list(rows.T)
-        columns[12] = columns[12].astype(np.int64)
-        columns[13] = columns[13].astype(bool)
+        columns[14] = columns[14].astype(np.int64)
+        columns[15] = columns[15].astype(bool)
         return _Columns(*columns)
 
     def felt(self, stream: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -104,6 +108,27 @@ class _Columns:
         back = (self.floor_ms + self.tax_ms + self.mile_ms) / 2000
         e2e = self.finished + back - self.sent
         return (self.first_token + back - self.sent if stream else e2e), e2e
+
+
+# A provider caches a prompt's prefix from this length on (OpenAI's automatic caching and Anthropic's
+# cache_control both start at 1 024 tokens for their main models); shorter prefixes are billed in full.
+PROVIDER_CACHE_MIN_TOKENS = 1024
+
+
+def _provider_held(api: ProviderApi, prefix: np.ndarray) -> np.ndarray:
+    """Of each prompt, the tokens the provider bills as cached input: a shared prefix long enough to be
+    cached, where the provider prices cached input (steady traffic keeps it warm)."""
+    if api.usd_per_million_cached_input is None:
+        return np.zeros_like(prefix)
+    return np.where(prefix >= PROVIDER_CACHE_MIN_TOKENS, prefix, 0)
+
+
+def _api_usd(api: ProviderApi, prompt: np.ndarray, prefix: np.ndarray, answer: np.ndarray) -> float:
+    """What the requests cost at the provider's prices."""
+    held = _provider_held(api, prefix)
+    return float(np.sum((prompt - held) * api.usd_per_million_input
+                        + held * (api.usd_per_million_cached_input or 0.0)
+                        + answer * api.usd_per_million_output)) / 1e6
 
 
 def _legs(near: Route, far: Route | None) -> tuple[float, float, float]:
@@ -135,8 +160,7 @@ def summarise(scenario: Scenario, run: Run) -> OptionSummary:
         price_source = hosted.price_source
     else:
         assert api is not None
-        usd = float(np.sum(columns.prompt[upstream] * api.usd_per_million_input
-                           + columns.answer[upstream] * api.usd_per_million_output)) / 1e6 * per_month
+        usd = _api_usd(api, columns.prompt[upstream], columns.prefix[upstream], columns.answer[upstream]) * per_month
         utilisation = None
         price_source = api.price_source
     usd += gateway.usd_per_month if gateway is not None else 0.0
@@ -165,10 +189,18 @@ def summarise(scenario: Scenario, run: Run) -> OptionSummary:
         len(run.journeys) - len(served), len(served) - int(upstream.sum()), run.cold_starts, Spread.of(ttft),
         Spread.of(e2e), float(np.median(tpot)) * 1000 if len(tpot) else float("nan"), phases,
         _mean(columns.finished - columns.first_token), utilisation, usd,
-        usd / tokens * 1e6 if tokens else float("nan"), price_source,
+        usd / tokens * 1e6 if tokens else float("nan"), _prefix_share(columns, api), price_source,
         kwh / tokens * 1e6 if kwh is not None and tokens else None, power_usd,
         hosted.power.source if hosted is not None and hosted.power is not None else None, cities,
         [float(v) for v in np.percentile(ttft, np.arange(101))] if len(ttft) else [])
+
+
+def _prefix_share(columns: _Columns, api: ProviderApi | None) -> float:
+    prompts = columns.prompt[columns.upstream]
+    if not len(prompts) or not prompts.sum():
+        return 0.0
+    skipped = columns.cached if api is None else _provider_held(api, columns.prefix)
+    return float(skipped[columns.upstream].sum() / prompts.sum())
 
 
 def _mean(values: np.ndarray) -> float:

@@ -70,13 +70,14 @@ class Preset:
     prompt_median: int  # tokens
     prompt_sigma: float  # of the log: 0.5 is about 1.6× either way between the 16th and 84th percentiles
     answers: Kind
+    shared_prefix: int = 0  # leading prompt tokens every request repeats (system prompt, tool definitions)
 
 
 PRESETS = {
     "chat": Preset(800, 0.8, Kind.CHAT),
-    "rag": Preset(3000, 0.5, Kind.CHAT),
-    "agent": Preset(8000, 0.5, Kind.CHAT),
-    "classification": Preset(300, 0.6, Kind.CLASSIFICATION),
+    "rag": Preset(3000, 0.5, Kind.CHAT),  # the retrieved passages differ from question to question
+    "agent": Preset(8000, 0.5, Kind.CHAT, shared_prefix=4000),  # the agent's instructions and tools
+    "classification": Preset(300, 0.6, Kind.CLASSIFICATION, shared_prefix=160),  # the labelling instructions
 }
 MAX_PROMPT = 100_000  # the log-normal's far tail, cut where a context window would
 

@@ -14,6 +14,8 @@ import hashlib
 from collections import OrderedDict
 from collections.abc import Sequence
 
+from firsttoken.sim.engine import Sequence as Request
+
 BLOCK = 16  # tokens per KV block (vLLM's default block size)
 
 
@@ -52,6 +54,17 @@ class PrefixCache:
             self._blocks.move_to_end(block)
         while len(self._blocks) > self.capacity_blocks:
             self._blocks.popitem(last=False)
+
+    def reuse(self, sequence: Request, blocks: list[bytes]) -> None:
+        """What this replica holds of a request's prefix (its blocks' hashes) is not prefilled again; the
+        blocks are kept for the next request."""
+        sequence.cached = self.cached_tokens(blocks, sequence.prompt_tokens)
+        sequence.prefilled = sequence.cached
+        self.keep(blocks)
+
+    def clear(self) -> None:
+        """The model was unloaded: its GPU memory, and the KV kept in it, is gone."""
+        self._blocks.clear()
 
     def __len__(self) -> int:
         return len(self._blocks)

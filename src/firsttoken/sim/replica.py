@@ -50,9 +50,7 @@ class Replica:
         thousand calls per step rather than a thousand task wake-ups). `blocks`: its prompt's cacheable
         prefix, as block hashes: what this replica holds of it is not prefilled again."""
         if blocks:
-            sequence.cached = self.prefix.cached_tokens(blocks, sequence.prompt_tokens)
-            sequence.prefilled = sequence.cached
-            self.prefix.keep(blocks)
+            self.prefix.reuse(sequence, blocks)
         self.engine.submit(sequence)
         self._listeners[sequence] = on_token
         self._wake.set()
@@ -82,6 +80,7 @@ class Replica:
                         await self._wake.wait()
                 except TimeoutError:
                     self.loaded = False
+                    self.prefix.clear()
                     log.info("idle for %.1f s: model unloaded", self.idle_unload_s)
                     continue
                 now = loop.time()
