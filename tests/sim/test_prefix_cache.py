@@ -4,6 +4,8 @@ cache_read_input_tokens and cache_creation_input_tokens under cache_control)."""
 
 from __future__ import annotations
 
+import time
+
 import anthropic
 import openai
 import pytest
@@ -79,3 +81,16 @@ def test_the_cache_is_bounded_and_least_recently_used_goes_first() -> None:
     cache.keep(block_hashes([f"c{i}" for i in range(2 * BLOCK)]))
     assert len(cache) == 4 and cache.cached_tokens(b, 10 * BLOCK) == 0 and cache.cached_tokens(a, 10 * BLOCK) > 0
     assert cache.cached_tokens(a, 2 * BLOCK) == 2 * BLOCK - 1  # the last prompt token is always computed
+
+
+def test_an_unloaded_model_has_forgotten_its_prefixes() -> None:
+    # scale to zero frees the GPU's memory, the KV of the prefixes with it: the next turn prefills them again
+    with region_on_loopback(models=[MODEL], idle_unload=0.3, load_gb_s=1000) as (port, _region):
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k", max_retries=0)
+        turn = [{"role": "system", "content": LONG}, {"role": "user", "content": "First question?"}]
+        client.chat.completions.create(model=MODEL, messages=turn, max_tokens=2)
+        again = client.chat.completions.create(model=MODEL, messages=turn, max_tokens=2)
+        assert again.usage.prompt_tokens_details.cached_tokens > 0  # loaded: held
+        time.sleep(1.0)  # idle past idle_unload: unloaded
+        after = client.chat.completions.create(model=MODEL, messages=turn, max_tokens=2)
+        assert after.usage.prompt_tokens_details.cached_tokens == 0
