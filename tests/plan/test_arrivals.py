@@ -1,6 +1,6 @@
 """The plan's users over a day: each city's rate follows the shape on its own clock, bursts raise it for
-their length, a flat day is the plain Poisson process it always was, and prompt and answer lengths can come
-from a file of them."""
+their length, a flat day is the plain Poisson process it always was, prompt and answer lengths can come
+from a file of them, and a gateway's caches answer what was asked before, in the same words or others."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ HOUR = 3600
 
 def scenario(users: dict, duration: float, **rest: object) -> Scenario:
     return Scenario.model_validate({"name": "t", "seed": 5, "duration_s": duration, "users": users,
-                                    "options": [{"name": "hosted", "self_hosted": HOSTED}], **rest})
+                                    "options": [{"name": "hosted", "self_hosted": HOSTED}]} | rest)
 
 
 def sent_and_cities(plan: Scenario) -> tuple[np.ndarray, np.ndarray]:
@@ -164,3 +164,34 @@ def test_a_bad_lengths_file_is_refused_with_its_key_and_line(tmp_path: Path, con
 def test_a_missing_lengths_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ScenarioError, match="workload.lengths: .*absent.csv: No such file"):
         load(write_scenario(tmp_path, "absent.csv"))
+
+
+def test_a_gateways_semantic_cache_answers_most_paraphrases_and_every_miss_pays_its_look() -> None:
+    from firsttoken.plan.simulate import CACHE_HIT_S, SEMANTIC_LOOKUP_S, SEMANTIC_SERVED
+
+    users = {"rate_per_s": 3, "reuse": 1, "cities": [{"place": "lagos", "share": 1}]}
+    gated = {"name": "gated", "self_hosted": HOSTED, "gateway": {"place": "lagos"}}
+    plan = scenario(users, duration=600, workload={"repeats": 0.1, "paraphrases": 0.3}, options=[gated])
+    journeys = simulate(plan, plan.options[0]).journeys
+    paraphrases = [j for j in journeys if j.paraphrase]
+    assert not any(j.repeat for j in paraphrases)
+    assert len(paraphrases) / len(journeys) == pytest.approx(0.3 * 0.9, abs=0.03)  # of those not repeats
+    recalled = [j for j in paraphrases if j.recalled]
+    assert len(recalled) / len(paraphrases) == pytest.approx(SEMANTIC_SERVED, abs=0.04)
+    for journey in journeys:
+        there = journey.sent + journey.one_way_s
+        if journey.repeat:  # found in the same words first: no embedding
+            assert journey.first_token == pytest.approx(there + CACHE_HIT_S) and journey.gateway_s == 0
+        elif journey.recalled:  # found in other words: the lookup is the answer's time
+            assert journey.first_token == pytest.approx(there + SEMANTIC_LOOKUP_S) and journey.far is None
+        else:  # looked for, not found, sent on
+            assert journey.arrived == pytest.approx(there + SEMANTIC_LOOKUP_S) and journey.far is not None
+    # without a gateway nothing is cached: the same requests all reach the option
+    direct = plan.model_copy(update={"options": [plan.options[0].model_copy(update={"gateway": None})]})
+    assert not any(j.from_cache or j.gateway_s for j in simulate(direct, direct.options[0]).journeys)
+
+
+def test_the_shares_asked_before_add_up_to_less_than_one() -> None:
+    users = {"rate_per_s": 1, "cities": [{"place": "lagos", "share": 1}]}
+    with pytest.raises(ValueError, match="repeats \\+ paraphrases"):
+        scenario(users, 60, workload={"repeats": 0.6, "paraphrases": 0.5})

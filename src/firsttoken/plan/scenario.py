@@ -95,10 +95,18 @@ class Workload(_Strict):
     stream: bool = True
     repeats: float = Field(0.0, ge=0, lt=1, description="the share of requests asked before in the same words: "
                            "a gateway's edge cache answers them")
+    paraphrases: float = Field(0.0, ge=0, lt=1, description="the share of requests asked before in other "
+                               "words: a gateway's semantic cache answers most of them")
     shared_prefix_tokens: int | None = Field(None, ge=0, description="leading prompt tokens every request "
                                              "repeats (a system prompt, tools): a replica's prefix cache skips "
                                              "their prefill, a provider bills them at its cached-input price; "
                                              "unset: the preset's (agent 4 000, classification 160, else 0)")
+
+    @model_validator(mode="after")
+    def _shares(self) -> Workload:
+        if self.repeats + self.paraphrases >= 1:
+            raise ValueError("repeats + paraphrases: the shares of requests asked before add up to less than 1")
+        return self
 
     @property
     def shared_prefix(self) -> int:

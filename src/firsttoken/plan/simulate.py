@@ -30,6 +30,12 @@ API_TTFT_SIGMA = 0.25  # the spread of a provider's time to first token around i
 # A repeated question answered from the gateway's edge cache: its exact hit's time end to end, measured at
 # 0.13–0.16 ms p50 (docs/benchmarks.md), rounded up; the answer goes out whole at once, streamed or not.
 CACHE_HIT_S = 0.0005
+# A question asked before in other words: the gateway embeds it and looks it up, 4.6–4.7 ms p50 for a
+# semantic hit (bench/cache_speed.py, docs/benchmarks.md), rounded up; a miss has done the same work
+# before it goes on. Of GPTCache's 999 paraphrase pairs the cache serves 863 at its default threshold
+# (859 right, 4 wrong: bench/cache_quality.py) and misses 136.
+SEMANTIC_LOOKUP_S = 0.005
+SEMANTIC_SERVED = 863 / 999
 
 
 @dataclass(slots=True, eq=False)
@@ -43,6 +49,8 @@ class Journey:
     sent: float  # the user pressed send
     handshakes_s: float  # paid before the request could leave (0 on a connection already open)
     repeat: bool  # asked before in the same words
+    paraphrase: bool = False  # asked before in other words
+    recalled: bool = False  # a paraphrase that a gateway's semantic cache would find (SEMANTIC_SERVED of them)
     far: Route | None = None  # from the gateway to the option (its connections warm): None when answered at the gateway
     arrived: float = 0.0  # where it is answered (the option, or the gateway's cache)
     admitted: float = 0.0  # a replica started on it (its queue ends)
@@ -53,6 +61,7 @@ class Journey:
     from_cache: bool = False  # answered by the gateway's edge cache: it never reached the option
     prefix: int = 0  # leading prompt tokens every request repeats (the workload's shared prefix)
     cached: int = 0  # of its prompt, the tokens whose prefill the replica's prefix cache skipped
+    gateway_s: float = 0.0  # the gateway's own time on it before it went on: the paraphrase lookup
 
     @property
     def one_way_s(self) -> float:
@@ -88,9 +97,13 @@ def traffic(scenario: Scenario, routes: list[Route]) -> list[Journey]:
     repeats = rng.random(len(sent)) < scenario.workload.repeats
     prompts, answers = draw(scenario.workload.preset, len(sent), rng, scenario.workload.lengths)
     shared = scenario.workload.shared_prefix
+    # drawn after everything else, so that a scenario without paraphrases draws the traffic it always did
+    paraphrased = ~repeats & (rng.random(len(sent)) < scenario.workload.paraphrases)
+    recalled = paraphrased & (rng.random(len(sent)) < SEMANTIC_SERVED)
     return [Journey(int(c), routes[c], int(p), int(a), float(t), 0.0 if warm else routes[c].handshakes_ms / 1000,
-                    bool(again), prefix=min(shared, int(p) - 1))
-            for c, p, a, t, warm, again in zip(cities, prompts, answers, sent, reused, repeats, strict=True)]
+                    bool(again), bool(other_words), bool(found), prefix=min(shared, int(p) - 1))
+            for c, p, a, t, warm, again, other_words, found
+            in zip(cities, prompts, answers, sent, reused, repeats, paraphrased, recalled, strict=True)]
 
 
 def routes_to(scenario: Scenario, option: Option) -> list[Route]:
@@ -128,14 +141,15 @@ def _simulate(scenario: Scenario, option: Option, fast: bool) -> Run:
     if gateway is not None:  # a data centre to a data centre: no last mile on the long way
         far = route(gateway.where, option.where, scenario.path_factor, 0.0)
         for journey in journeys:
-            journey.far = None if journey.repeat else far
+            journey.from_cache = journey.repeat or journey.recalled
+            journey.far = None if journey.from_cache else far
+            journey.gateway_s = 0.0 if journey.repeat else SEMANTIC_LOOKUP_S  # an exact hit is found first
     upstream = []
     for journey in journeys:
-        journey.arrived = journey.sent + journey.handshakes_s + journey.one_way_s
-        if gateway is not None and journey.repeat:  # the edge cache has it
-            journey.from_cache = True
+        journey.arrived = journey.sent + journey.handshakes_s + journey.one_way_s + journey.gateway_s
+        if journey.from_cache:  # the edge cache has it, in these words or in others
             journey.admitted = journey.arrived
-            journey.first_token = journey.finished = journey.arrived + CACHE_HIT_S
+            journey.first_token = journey.finished = journey.arrived + (0.0 if journey.recalled else CACHE_HIT_S)
         else:
             upstream.append(journey)
     upstream.sort(key=lambda j: j.arrived)

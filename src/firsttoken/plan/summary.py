@@ -16,7 +16,7 @@ from firsttoken.plan.simulate import Journey, Run
 HOURS_PER_MONTH = 730.0  # 365 × 24 / 12
 # The parts of a time to first token, in the order a request meets them. One round trip's worth of network
 # (the request out, the first token back) is split into the floor, the cables' detour and the last mile.
-PHASES = ("handshakes", "floor", "distance tax", "last mile", "cold start", "queue", "prefill")
+PHASES = ("handshakes", "floor", "distance tax", "last mile", "gateway", "cold start", "queue", "prefill")
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,7 @@ class _Columns:
     finished: np.ndarray
     cold: np.ndarray
     handshakes: np.ndarray
+    gateway: np.ndarray  # the gateway's own time before it sent the request on
     floor_ms: np.ndarray  # both legs' together, where there are two
     tax_ms: np.ndarray
     mile_ms: np.ndarray
@@ -96,11 +97,12 @@ class _Columns:
     @staticmethod
     def of(journeys: list[Journey]) -> _Columns:
         rows = np.array([(j.sent, j.arrived, j.admitted, j.first_token, j.finished, j.cold_s, j.handshakes_s,
-                          *_legs(j.near, j.far), j.prompt, j.answer, j.prefix, j.cached, j.city, not j.from_cache)
-                         for j in journeys], dtype=np.float64).reshape(-1, 16)
+                          j.gateway_s, *_legs(j.near, j.far), j.prompt, j.answer, j.prefix, j.cached, j.city,
+                          not j.from_cache)
+                         for j in journeys], dtype=np.float64).reshape(-1, 17)
         columns = list(rows.T)
-        columns[14] = columns[14].astype(np.int64)
-        columns[15] = columns[15].astype(bool)
+        columns[15] = columns[15].astype(np.int64)
+        columns[16] = columns[16].astype(bool)
         return _Columns(*columns)
 
     def felt(self, stream: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -169,6 +171,7 @@ def summarise(scenario: Scenario, run: Run) -> OptionSummary:
         "floor": _mean(columns.floor_ms / 1000),
         "distance tax": _mean(columns.tax_ms / 1000),
         "last mile": _mean(columns.mile_ms / 1000),
+        "gateway": _mean(columns.gateway),
         "cold start": _mean(columns.cold),
         "queue": _mean(columns.admitted - columns.arrived - columns.cold),
         "prefill": _mean(columns.first_token - columns.admitted),
