@@ -22,8 +22,9 @@ import numpy as np
 import yaml
 
 from firsttoken.lab.delayline import DelayLine
+from firsttoken.plan.journey import Journey
 from firsttoken.plan.scenario import Scenario
-from firsttoken.plan.simulate import Journey, routes_to, simulate
+from firsttoken.plan.simulate import routes_to, simulate
 
 SIM_PORT, GATEWAY_PORT = 9001, 8787
 

@@ -221,12 +221,21 @@ class ProviderApi(_Strict):
         return self
 
 
+class Hedge(_Strict):
+    """A second request to another option (a provider's API) when the first token is slow: whichever first
+    token comes first is the answer, and the other request is cancelled."""
+
+    to: str = Field(description="the name of an api: option of the scenario")
+    after_ms: float = Field(gt=0, description="how long the gateway waits for a first token before it hedges")
+
+
 class Gateway(_Strict):
     """A firsttoken gateway between the users and the option: near them, its connections across the ocean
     kept warm (no handshakes on the long way), its edge cache answering repeated questions."""
 
     place: str = Field(description="where it runs: a city, a region code or lat,lon")
     usd_per_month: float = Field(0.0, ge=0, description="what running it costs")
+    hedge: Hedge | None = None
 
     @model_validator(mode="after")
     def _resolves(self) -> Gateway:
@@ -302,7 +311,17 @@ class Scenario(_Strict):
         names = [o.name for o in self.options]
         if len(set(names)) != len(names):
             raise ValueError("options: each option needs a name of its own")
+        for option in self.options:
+            hedge = option.gateway.hedge if option.gateway is not None else None
+            if hedge is not None and self.hedge_target(hedge) is None:
+                apis = ", ".join(o.name for o in self.options if o.api is not None) or "none"
+                raise ValueError(f"{option.name}: gateway.hedge.to {hedge.to!r} names no api: option of the "
+                                 f"scenario (its api: options: {apis})")
         return self
+
+    def hedge_target(self, hedge: Hedge) -> Option | None:
+        """The API option a gateway hedges to."""
+        return next((o for o in self.options if o.name == hedge.to and o.api is not None), None)
 
 
 def load(path: str | Path) -> Scenario:

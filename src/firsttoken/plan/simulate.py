@@ -20,13 +20,15 @@ from typing import Any
 import numpy as np
 import simpy
 
+from firsttoken.plan import provider
+from firsttoken.plan.hedging import hedge
+from firsttoken.plan.journey import Journey
 from firsttoken.plan.network import Route, route
-from firsttoken.plan.scenario import Option, ProviderApi, Scenario, SelfHosted
+from firsttoken.plan.scenario import Option, Scenario, SelfHosted
 from firsttoken.plan.workload import draw
 from firsttoken.sim.engine import Engine, Sequence
 from firsttoken.sim.prefix_cache import BLOCK, PrefixCache
 
-API_TTFT_SIGMA = 0.25  # the spread of a provider's time to first token around its median (of the log), chosen
 # A repeated question answered from the gateway's edge cache: its exact hit's time end to end, measured at
 # 0.13–0.16 ms p50 (docs/benchmarks.md), rounded up; the answer goes out whole at once, streamed or not.
 CACHE_HIT_S = 0.0005
@@ -36,41 +38,6 @@ CACHE_HIT_S = 0.0005
 # (859 right, 4 wrong: bench/cache_quality.py) and misses 136.
 SEMANTIC_LOOKUP_S = 0.005
 SEMANTIC_SERVED = 863 / 999
-
-
-@dataclass(slots=True, eq=False)
-class Journey:
-    """One request, its times in virtual seconds from the start of the run."""
-
-    city: int  # index into the scenario's cities
-    near: Route  # from the user to the gateway, or to the option when there is none
-    prompt: int
-    answer: int
-    sent: float  # the user pressed send
-    handshakes_s: float  # paid before the request could leave (0 on a connection already open)
-    repeat: bool  # asked before in the same words
-    paraphrase: bool = False  # asked before in other words
-    recalled: bool = False  # a paraphrase that a gateway's semantic cache would find (SEMANTIC_SERVED of them)
-    far: Route | None = None  # from the gateway to the option (its connections warm): None when answered at the gateway
-    arrived: float = 0.0  # where it is answered (the option, or the gateway's cache)
-    admitted: float = 0.0  # a replica started on it (its queue ends)
-    cold_s: float = 0.0  # of its queue, the part spent waiting for the model to load
-    first_token: float = 0.0  # where it is answered
-    finished: float = 0.0  # its last token, there
-    refused: bool = False  # it could never fit the replica's KV cache
-    from_cache: bool = False  # answered by the gateway's edge cache: it never reached the option
-    prefix: int = 0  # leading prompt tokens every request repeats (the workload's shared prefix)
-    cached: int = 0  # of its prompt, the tokens whose prefill the replica's prefix cache skipped
-    gateway_s: float = 0.0  # the gateway's own time on it before it went on: the paraphrase lookup
-
-    @property
-    def one_way_s(self) -> float:
-        """From the user to where it is answered, or back."""
-        return (self.near.rtt_ms + (self.far.rtt_ms if self.far is not None else 0.0)) / 2000
-
-    @property
-    def legs(self) -> tuple[Route, ...]:
-        return (self.near,) if self.far is None else (self.near, self.far)
 
 
 @dataclass
@@ -161,7 +128,11 @@ def _simulate(scenario: Scenario, option: Option, fast: bool) -> Run:
         replicas = option.self_hosted.replicas
     else:
         assert option.api is not None
-        _api(option.api, upstream, np.random.default_rng(scenario.seed + 1))
+        provider.answer(option.api, upstream, np.random.default_rng(scenario.seed + 1))
+    if gateway is not None and gateway.hedge is not None:
+        target = scenario.hedge_target(gateway.hedge)
+        assert target is not None  # the scenario checked it names an api: option
+        hedge(upstream, option, target, scenario.path_factor, np.random.default_rng(scenario.seed + 2))
     ended = max(ended, max((j.finished for j in journeys), default=0.0))
     return Run(option, journeys, busy, loaded, replicas, ended, starts)
 
@@ -297,11 +268,3 @@ def _self_hosted(hosted: SelfHosted, journeys: list[Journey], until: float,
     for replica in replicas:
         replica.close(end)
     return sum(r.busy_s for r in replicas), sum(r.loaded_s for r in replicas), sum(r.loads for r in replicas), end
-
-
-def _api(api: ProviderApi, journeys: list[Journey], rng: np.random.Generator) -> None:
-    ttfts = rng.lognormal(np.log(api.ttft_ms / 1000), API_TTFT_SIGMA, len(journeys))
-    for journey, ttft in zip(journeys, ttfts, strict=True):
-        journey.admitted = journey.arrived
-        journey.first_token = journey.arrived + float(ttft)
-        journey.finished = journey.first_token + (journey.answer - 1) * api.itl_ms / 1000

@@ -9,9 +9,10 @@ from typing import Any
 import numpy as np
 
 from firsttoken.plan.energy import gpu_kwh
+from firsttoken.plan.journey import Journey
 from firsttoken.plan.network import Route
 from firsttoken.plan.scenario import DEFAULT_PUE, ProviderApi, Scenario
-from firsttoken.plan.simulate import Journey, Run
+from firsttoken.plan.simulate import Run
 
 HOURS_PER_MONTH = 730.0  # 365 × 24 / 12
 # The parts of a time to first token, in the order a request meets them. One round trip's worth of network
@@ -61,6 +62,8 @@ class OptionSummary:
     usd_per_million_tokens: float
     prefix_cached_share: float  # of the prompt tokens that reached the option, those a replica's prefix cache
     # skipped (self-hosted) or the provider billed as cached input (an API)
+    hedged_share: float  # of the requests that reached the option, those the gateway hedged
+    hedge_won_share: float  # and those the hedge answered first
     price_source: str | None  # where the GPU-hour or token prices come from; None: the scenario gave them
     kwh_per_million_tokens: float | None  # the GPUs' energy, the facility's PUE included; None for an API
     usd_power_per_month: float | None  # electricity bought apart from the GPU-hour (in usd_per_month too)
@@ -93,16 +96,18 @@ class _Columns:
     cached: np.ndarray  # of those, the ones whose prefill a replica's prefix cache skipped
     city: np.ndarray
     upstream: np.ndarray  # reached the option: not answered by the gateway's edge cache
+    hedged: np.ndarray  # sent to the hedge's option as well
+    hedge_won: np.ndarray  # and answered from there
 
     @staticmethod
     def of(journeys: list[Journey]) -> _Columns:
         rows = np.array([(j.sent, j.arrived, j.admitted, j.first_token, j.finished, j.cold_s, j.handshakes_s,
                           j.gateway_s, *_legs(j.near, j.far), j.prompt, j.answer, j.prefix, j.cached, j.city,
-                          not j.from_cache)
-                         for j in journeys], dtype=np.float64).reshape(-1, 17)
+                          not j.from_cache, j.hedged, j.hedge_won)
+                         for j in journeys], dtype=np.float64).reshape(-1, 19)
         columns = list(rows.T)
         columns[15] = columns[15].astype(np.int64)
-        columns[16] = columns[16].astype(bool)
+        columns[16:] = [column.astype(bool) for column in columns[16:]]
         return _Columns(*columns)
 
     def felt(self, stream: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -166,6 +171,12 @@ def summarise(scenario: Scenario, run: Run) -> OptionSummary:
         utilisation = None
         price_source = api.price_source
     usd += gateway.usd_per_month if gateway is not None else 0.0
+    hedge = gateway.hedge if gateway is not None else None
+    target = scenario.hedge_target(hedge) if hedge is not None else None
+    if target is not None and target.api is not None:  # every hedge bills its prompt; a winner its answer too
+        hedged = columns.hedged
+        usd += _api_usd(target.api, columns.prompt[hedged], columns.prefix[hedged],
+                        np.where(columns.hedge_won, columns.answer, 0)[hedged]) * per_month
     phases = {
         "handshakes": _mean(columns.handshakes),
         "floor": _mean(columns.floor_ms / 1000),
@@ -192,7 +203,8 @@ def summarise(scenario: Scenario, run: Run) -> OptionSummary:
         len(run.journeys) - len(served), len(served) - int(upstream.sum()), run.cold_starts, Spread.of(ttft),
         Spread.of(e2e), float(np.median(tpot)) * 1000 if len(tpot) else float("nan"), phases,
         _mean(columns.finished - columns.first_token), utilisation, usd,
-        usd / tokens * 1e6 if tokens else float("nan"), _prefix_share(columns, api), price_source,
+        usd / tokens * 1e6 if tokens else float("nan"), _prefix_share(columns, api),
+        _share(columns.hedged, upstream), _share(columns.hedge_won, upstream), price_source,
         kwh / tokens * 1e6 if kwh is not None and tokens else None, power_usd,
         hosted.power.source if hosted is not None and hosted.power is not None else None, cities,
         [float(v) for v in np.percentile(ttft, np.arange(101))] if len(ttft) else [])
@@ -204,6 +216,10 @@ def _prefix_share(columns: _Columns, api: ProviderApi | None) -> float:
         return 0.0
     skipped = columns.cached if api is None else _provider_held(api, columns.prefix)
     return float(skipped[columns.upstream].sum() / prompts.sum())
+
+
+def _share(which: np.ndarray, of: np.ndarray) -> float:
+    return float(which[of].sum() / of.sum()) if of.any() else 0.0
 
 
 def _mean(values: np.ndarray) -> float:

@@ -1,0 +1,60 @@
+"""Hedging between options at the gateway: a request whose first token has not come back within after_ms
+goes to a provider's API as well, the earlier first token answers, and the hedges are paid for."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from firsttoken.plan.scenario import Scenario
+from firsttoken.plan.simulate import simulate
+from firsttoken.plan.summary import summarise
+
+HOSTED = {"place": "aws:eu-west-1", "gpu": "h100", "model": "llama-3.1-8b", "usd_per_gpu_hour": 4.0,
+          "idle_unload_s": 30}  # scaled to zero: a request after a quiet spell waits seconds for the load
+API = {"place": "aws:us-east-1", "model": "gpt-4o-mini", "ttft_ms": 450, "itl_ms": 12}
+
+
+def plan(hedge: dict | None) -> Scenario:
+    gateway = {"place": "lagos", **({"hedge": hedge} if hedge else {})}
+    return Scenario.model_validate({
+        "name": "hedge", "seed": 4, "duration_s": 3600,
+        "users": {"rate_per_s": 0.03, "reuse": 1, "cities": [{"place": "lagos", "share": 1}]},
+        "options": [{"name": "zero", "self_hosted": HOSTED, "gateway": gateway}, {"name": "api", "api": API}]})
+
+
+def test_slow_first_tokens_are_hedged_and_the_earlier_answer_wins() -> None:
+    plain, hedged = plan(None), plan({"to": "api", "after_ms": 1000})
+    before = simulate(plain, plain.options[0]).journeys
+    after = simulate(hedged, hedged.options[0]).journeys
+    for was, now in zip(before, after, strict=True):
+        far = was.far.rtt_ms / 2000
+        waited = (was.first_token + far) - (was.arrived - far)  # at the gateway: out, and the first token back
+        assert now.hedged == (waited > 1.0)
+        if now.hedge_won:  # the API's first token came back sooner than the option's would have
+            assert now.first_token + now.one_way_s < was.first_token + was.one_way_s
+            assert now.gateway_s == pytest.approx(was.gateway_s + 1.0) and now.cold_s == 0
+            assert now.finished - now.first_token == pytest.approx((now.answer - 1) * 0.012)
+        else:
+            assert (now.first_token, now.finished) == (was.first_token, was.finished)
+    won = [j for j in after if j.hedge_won]
+    assert len(won) > 20 and all(j.hedged for j in won)  # the cold starts, mostly
+    felt = [summarise(s, simulate(s, s.options[0])) for s in (plain, hedged)]
+    assert felt[1].ttft.p99 < felt[0].ttft.p99 / 3  # seconds of loading become an API's first token
+    assert felt[1].hedge_won_share == pytest.approx(len(won) / len(after))
+
+
+def test_every_hedge_pays_its_prompt_and_a_winner_its_answer() -> None:
+    plain, hedged = plan(None), plan({"to": "api", "after_ms": 1000})
+    journeys = simulate(hedged, hedged.options[0]).journeys
+    costs = [summarise(s, simulate(s, s.options[0])).usd_per_month for s in (plain, hedged)]
+    prompts = np.array([j.prompt for j in journeys if j.hedged])
+    answers = np.array([j.answer for j in journeys if j.hedge_won])
+    bill = (prompts.sum() * 0.15 + answers.sum() * 0.6) / 1e6 * 730  # an hour of traffic, for a month
+    assert costs[1] - costs[0] == pytest.approx(bill, rel=1e-6)
+
+
+@pytest.mark.parametrize("to", ["zero", "nothing"])
+def test_a_hedge_goes_to_an_api_option_of_the_scenario(to: str) -> None:
+    with pytest.raises(ValueError, match=f"gateway.hedge.to '{to}' names no api: option .*api"):
+        plan({"to": to, "after_ms": 500})
