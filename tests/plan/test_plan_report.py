@@ -52,6 +52,7 @@ def test_the_report_opens_offline_and_draws_every_option(tmp_path) -> None:
         legend = page.locator("#cdf .u-legend").inner_text()
         assert all(name in legend for name in ("Lagos colocation", "the same API, gateway in Lagos"))
         assert page.locator(".waterfall rect").count() >= 7 * 4  # at least four parts for each option
+        assert page.locator("svg.scatter circle.point").count() == 7  # cost against speed, a point each
         assert page.locator("table.felt tbody tr").count() == 7
         assert page.locator("table.costs tbody tr").count() == 7
         assert "table [1]" in page.locator("table.costs").inner_text()  # a price from the shipped table, cited

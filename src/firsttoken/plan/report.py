@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
@@ -26,6 +27,42 @@ PHASE_COLOURS = {"handshakes": "#e45756", "floor": "#4c78a8", "distance tax": "#
 _VENDOR = resources.files("firsttoken.dashboard") / "assets" / "vendor"
 _ASSETS = resources.files("firsttoken.plan") / "assets"
 
+def _cost_and_speed(summaries: list[OptionSummary], colours: dict[str, str], best: str) -> str:
+    """Each option as a point: what it costs a month across, its p95 time to first token up: down and to
+    the left is better, and the options nothing beats on both are the ones worth a look."""
+    width, height, left, bottom, top, right = 980, 360, 70, 40, 12, 240
+    usd_step, s_step = _tick(max(s.usd_per_month for s in summaries)), _tick(max(s.ttft.p95 for s in summaries))
+    most_usd, most_s = usd_step * 4, s_step * 4
+    x = lambda usd: left + usd / most_usd * (width - left - right)  # noqa: E731
+    y = lambda seconds: height - bottom - seconds / most_s * (height - bottom - top)  # noqa: E731
+    parts = [f'<line x1="{left}" y1="{height - bottom}" x2="{width - right}" y2="{height - bottom}" class="axis"/>',
+             f'<line x1="{left}" y1="{top}" x2="{left}" y2="{height - bottom}" class="axis"/>']
+    for step in range(5):
+        usd, seconds = usd_step * step, s_step * step
+        parts.append(f'<text x="{x(usd):.1f}" y="{height - bottom + 16}" text-anchor="middle">'
+                     f"${usd:,.0f}</text>")
+        parts.append(f'<text x="{left - 6}" y="{y(seconds) + 4:.1f}" text-anchor="end">{duration(seconds)}</text>')
+    parts.append(f'<text x="{(left + width - right) / 2:.0f}" y="{height - 4}" text-anchor="middle">'
+                 "cost a month</text>")
+    parts.append(f'<text x="{left}" y="{top - 2}">TTFT p95</text>')
+    for s in summaries:
+        cx, cy = x(s.usd_per_month), y(s.ttft.p95)
+        radius = 8 if s.name == best else 5
+        parts.append(f'<circle class="point" cx="{cx:.1f}" cy="{cy:.1f}" r="{radius}" fill="{colours[s.name]}">'
+                     f"<title>{html.escape(s.name)}: {duration(s.ttft.p95)}, ${s.usd_per_month:,.0f} a month"
+                     "</title></circle>")
+        parts.append(f'<text x="{cx + 10:.1f}" y="{cy + 4:.1f}">{html.escape(s.name[:40])}</text>')
+    return f'<svg class="scatter" viewBox="0 0 {width} {height}" width="100%">{"".join(parts)}</svg>'
+
+
+def _tick(most: float) -> float:
+    """A round step (1, 2, 2.5 or 5 times a power of ten) of which four reach past `most`."""
+    if most <= 0:
+        return 1.0
+    power = 10 ** math.floor(math.log10(most / 4))
+    return next(power * m for m in (1, 2, 2.5, 5, 10) if power * m * 4 >= most)
+
+
 STYLE = """
 body { font: 15px/1.45 system-ui, sans-serif; color: #1d2430; margin: 2rem auto; max-width: 1000px; padding: 0 1rem; }
 h1 { font-size: 1.6rem; margin-bottom: .2rem; } h2 { font-size: 1.15rem; margin-top: 2.2rem; }
@@ -39,7 +76,8 @@ th:first-child, td:first-child { text-align: left; } tr.best td { font-weight: 6
 .way { fill: none; opacity: .45; } .way.best { opacity: .9; } .user { fill: #1d2430; fill-opacity: .75; }
 .option, .gateway { stroke: #fff; stroke-width: 1px; vector-effect: non-scaling-stroke; }
 text { paint-order: stroke; stroke: #eef3f9; stroke-width: 3px; fill: #1d2430; vector-effect: non-scaling-stroke; }
-.waterfall text { stroke: none; font-size: 11px; } .u-legend { font-size: 13px; }
+.waterfall text, .scatter text { stroke: none; font-size: 11px; } .u-legend { font-size: 13px; }
+.scatter .axis { stroke: #9aa5b5; } .scatter .point { stroke: #fff; stroke-width: 1.5px; }
 .u-legend .u-marker { width: .8em; height: .8em; display: inline-block; margin-right: .3em; }
 .u-legend .u-series:first-child { display: none; }
 """
@@ -145,6 +183,10 @@ def render(scenario: Scenario, summaries: list[OptionSummary]) -> str:
         '<div id="cdf"></div>',
         "<h2>Where the first token's time goes</h2><p class=muted>The mean of each part, to scale.</p>",
         _waterfall(summaries, colours),
+        "<h2>What each costs, against how fast it answers</h2>",
+        "<p class=muted>Down and to the left is better: a faster first token for less a month. The recommended "
+        "option's point is larger.</p>",
+        _cost_and_speed(summaries, colours, best),
         "<h2>The options, as the users feel them</h2>",
         _options_table(summaries, colours, best, "felt", FELT_COLUMNS, felt_cells),
         "<h2>What they cost</h2>",
