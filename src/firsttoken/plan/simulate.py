@@ -3,10 +3,11 @@ its last token back.
 
 Self-hosted options run the simulated region's own engine (sim/engine.py: continuous batching, chunked
 prefill, the KV cache's bound, roofline step times), the one the live region plays in real time
-(sim/replica.py); here SimPy plays it with no sleeping, each replica a process that runs a step, waits out
-its duration in virtual time, and sleeps when its engine has nothing to run. Requests go to the replica
-with the fewest in it. Provider APIs answer as their published profile says: a first token a log-normal
-time after the request arrives (its median the profile's), then one token per `itl_ms`.
+(sim/replica.py); here SimPy plays it with no sleeping, each replica a process that runs a step (or, while
+its sequences all decode, a run of them), waits out its duration in virtual time, and sleeps when its
+engine has nothing to run. Requests go to the replica with the fewest in it. Provider APIs answer at their
+published pace (plan/provider.py). A gateway answers what its caches hold, looks up the rest, and hedges
+slow first tokens to an API option (plan/hedging.py).
 """
 
 from __future__ import annotations
