@@ -238,3 +238,20 @@ def test_a_search_runs_its_grid_and_shows_the_options_nothing_beats_on_speed_and
     assert set(result["front"]) <= {o["name"] for o in result["options"]}
     plain = runner.invoke(main, ["plan", str(EXAMPLE), "--search"])
     assert plain.exit_code == 2 and "no search: grid" in plain.output
+
+
+def test_the_recommendation_names_a_cheaper_option_nearly_as_fast() -> None:
+    from dataclasses import replace
+
+    from firsttoken.plan.summary import Spread, recommend
+
+    plan = scenario(rate=1, duration=60)
+    hosted, api = (summarise(plan, simulate(plan, o)) for o in plan.options)
+    fast = replace(hosted, name="fast", ttft=Spread(0.3, 0.40, 0.5), usd_per_month=1000.0)
+    near = replace(hosted, name="near", ttft=Spread(0.3, 0.43, 0.5), usd_per_month=600.0)
+    slow = replace(api, name="slow", ttft=Spread(0.9, 1.20, 1.5), usd_per_month=300.0)
+    said = recommend([slow, near, fast])
+    assert said.startswith("fast gives these users the fastest first token: p95 0.40 s against 1.20 s for slow")
+    assert "Nearly as fast, near (p95 0.43 s) costs 40% less." in said
+    # one that is not within a tenth of the fastest is not offered as nearly as fast
+    assert "Nearly" not in recommend([slow, replace(near, ttft=Spread(0.3, 0.50, 0.6)), fast])

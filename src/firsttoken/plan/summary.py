@@ -226,8 +226,12 @@ def _mean(values: np.ndarray) -> float:
     return float(np.mean(values)) if len(values) else float("nan")
 
 
+NEARLY_AS_FAST = 1.1  # an option whose p95 first token is within a tenth of the fastest's
+
+
 def recommend(summaries: list[OptionSummary]) -> str:
-    """The option with the lowest p95 time to first token, against the slowest and on cost, in a sentence."""
+    """The option with the lowest p95 time to first token, against the slowest and on cost, in a sentence;
+    and the cheapest of those nearly as fast, when it saves money."""
     ranked = sorted(summaries, key=lambda s: s.ttft.p95)
     best = ranked[0]
     light_ms = best.phases["floor"] * 1000
@@ -242,4 +246,9 @@ def recommend(summaries: list[OptionSummary]) -> str:
             more = best.usd_per_month / cheapest.usd_per_month - 1 if cheapest.usd_per_month else float("inf")
             words.append(f", at {more:.0%} more a month than {cheapest.name}")
     words.append(f". Of its mean, {light_ms:.0f} ms is the speed of light in fibre: no software removes it.")
+    close = [s for s in ranked[1:] if s.ttft.p95 <= best.ttft.p95 * NEARLY_AS_FAST]
+    thrifty = min(close, key=lambda s: s.usd_per_month, default=None)
+    if thrifty is not None and thrifty.usd_per_month < best.usd_per_month:
+        saved = 1 - thrifty.usd_per_month / best.usd_per_month
+        words.append(f" Nearly as fast, {thrifty.name} (p95 {thrifty.ttft.p95:.2f} s) costs {saved:.0%} less.")
     return "".join(words)
