@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from firsttoken.cli import main
 from firsttoken.geo.places import resolve
 from firsttoken.plan.network import route
-from firsttoken.plan.scenario import Scenario, ScenarioError, load
+from firsttoken.plan.scenario import MeasuredRtt, Scenario, ScenarioError, load
 from firsttoken.plan.simulate import SEMANTIC_LOOKUP_S, simulate
 from firsttoken.plan.summary import summarise
 
@@ -255,3 +255,19 @@ def test_the_recommendation_names_a_cheaper_option_nearly_as_fast() -> None:
     assert "Nearly as fast, near (p95 0.43 s) costs 40% less." in said
     # one that is not within a tenth of the fastest is not offered as nearly as fast
     assert "Nearly" not in recommend([slow, replace(near, ttft=Spread(0.3, 0.50, 0.6)), fast])
+
+
+def test_a_round_trip_the_team_measured_replaces_the_models() -> None:
+    from firsttoken.plan.simulate import routes_to
+
+    plan = scenario(rate=1, duration=60)
+    modelled = routes_to(plan, plan.options[0])  # Lagos and Nairobi to us-east-1, along the cables
+    measured = plan.model_copy(update={"measured_rtts": [
+        MeasuredRtt.model_validate({"between": ["aws:us-east-1", "lagos"], "rtt_ms": 190.0})]})  # either way round
+    lagos, nairobi = routes_to(measured, measured.options[0])
+    assert lagos.floor_ms == modelled[0].floor_ms  # the physics does not move
+    assert lagos.floor_ms + lagos.distance_tax_ms == pytest.approx(190.0) and lagos.via == ()
+    assert lagos.last_mile_ms == modelled[0].last_mile_ms  # the access network is still the city's
+    assert nairobi == modelled[1]  # a pair nobody measured keeps the model's way
+    with pytest.raises(ValueError, match="unknown place"):
+        MeasuredRtt.model_validate({"between": ["lagos", "nowhere-at-all"], "rtt_ms": 1.0})

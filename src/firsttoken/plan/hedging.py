@@ -15,17 +15,15 @@ import numpy as np
 
 from firsttoken.plan import provider
 from firsttoken.plan.journey import Journey
-from firsttoken.plan.network import route
+from firsttoken.plan.network import Route
 from firsttoken.plan.scenario import Option
 
 
-def hedge(journeys: list[Journey], option: Option, target: Option, path_factor: float | None,
-          rng: np.random.Generator) -> None:
-    """Hedges the slow ones of `journeys` (the option's own, not answered at the gateway) to `target`."""
-    gateway, api = option.gateway, target.api
-    assert gateway is not None and gateway.hedge is not None and api is not None
-    after = gateway.hedge.after_ms / 1000
-    far = route(gateway.where, target.where, path_factor, 0.0)
+def hedge(journeys: list[Journey], target: Option, after: float, far: Route, rng: np.random.Generator) -> None:
+    """Hedges the slow ones of `journeys` (an option's own, not answered at the gateway) to `target`, `after`
+    seconds without a first token; `far` is the way from the gateway to the target."""
+    api = target.api
+    assert api is not None
     # one draw per journey whether it is hedged or not: the same traffic draws the same provider times
     ttfts = provider.first_token_s(api, len(journeys), rng)
     for journey, ttft in zip(journeys, ttfts, strict=True):

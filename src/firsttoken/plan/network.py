@@ -32,10 +32,13 @@ class Route:
         return self.last_mile_ms + 2 * self.rtt_ms
 
 
-def route(user: Place, server: Place, path_factor: float | None, last_mile_ms: float) -> Route:
-    """The way from `user` to `server`: along the cables, or with `path_factor` the great circle that much
-    longer."""
+def route(user: Place, server: Place, path_factor: float | None, last_mile_ms: float,
+          measured_ms: float | None = None) -> Route:
+    """The way from `user` to `server`: a round trip measured between them where there is one, else along
+    the cables, or with `path_factor` the great circle that much longer."""
     floor = user.floor_ms(server)
+    if measured_ms is not None:
+        return Route(floor, max(measured_ms - floor, 0.0), last_mile_ms)
     if path_factor is not None:
         return Route(floor, floor * (path_factor - 1), last_mile_ms)
     way = paths.path(user, server)

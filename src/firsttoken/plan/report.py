@@ -14,7 +14,6 @@ from pathlib import Path
 
 from firsttoken.geo import paths
 from firsttoken.plan.cells import COST_COLUMNS, FELT_COLUMNS, cost_cells, duration, felt_cells, price_notes
-from firsttoken.plan.network import route
 from firsttoken.plan.scenario import Option, Scenario
 from firsttoken.plan.simulate import routes_to
 from firsttoken.plan.summary import PHASES, OptionSummary, recommend
@@ -122,7 +121,7 @@ def _options_table(summaries: list[OptionSummary], colours: dict[str, str], best
 def _ways(scenario: Scenario, option: Option) -> list[list[tuple[float, float]]]:
     """For each city, the [lon, lat] points its requests pass on the way to the option: the cable hubs of
     each leg, and the gateway between the legs where there is one."""
-    far = route(option.gateway.where, option.where, scenario.path_factor, 0.0) if option.gateway else None
+    far = scenario.way(option.gateway.where, option.where, 0.0) if option.gateway else None
     ways = []
     for city, near in zip(scenario.users.cities, routes_to(scenario, option), strict=True):
         places = [city.where, *map(paths.hub, near.via)]

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from firsttoken.geo.places import GeoError, Place, resolve
 from firsttoken.plan import prices
 from firsttoken.plan.arrivals import SHAPES, Arrivals, Bursts
+from firsttoken.plan.network import Route, route
 from firsttoken.plan.workload import PRESETS, LengthsError, read_lengths
 from firsttoken.sim.catalogue import Catalogue, CatalogueError
 from firsttoken.sim.roofline import DEFAULT_LOAD_BANDWIDTH_GB_S, ENGINE_START_S, Deployment, DeploymentError
@@ -286,6 +287,20 @@ class Search(_Strict):
         return self
 
 
+class MeasuredRtt(_Strict):
+    """A round trip the team measured between two places (data centre to data centre, or a city's backbone
+    to one: without the access network): it replaces the model's for that pair, either way."""
+
+    between: tuple[str, str]
+    rtt_ms: float = Field(gt=0)
+
+    @model_validator(mode="after")
+    def _resolve(self) -> MeasuredRtt:
+        for place in self.between:
+            _place(place)
+        return self
+
+
 class Scenario(_Strict):
     name: str
     seed: int = 0
@@ -294,6 +309,8 @@ class Scenario(_Strict):
                             "where each city is in its day, for over_the_day")
     path_factor: float | None = Field(None, ge=1, description="the great circle this much longer, for every "
                                       "way; unset: along the cables (geo/paths.py)")
+    measured_rtts: list[MeasuredRtt] = Field(default_factory=list, description="round trips measured between "
+                                             "places, used instead of the network model's")
     users: Users
     workload: Workload = Field(default_factory=Workload)
     options: list[Option] = Field(default_factory=list)
@@ -318,6 +335,14 @@ class Scenario(_Strict):
                 raise ValueError(f"{option.name}: gateway.hedge.to {hedge.to!r} names no api: option of the "
                                  f"scenario (its api: options: {apis})")
         return self
+
+    def way(self, start: Place, end: Place, last_mile_ms: float) -> Route:
+        """The way between two places, as this scenario has it: measured, along the cables, or the great
+        circle × its path factor."""
+        return route(start, end, self.path_factor, last_mile_ms, self._measured().get(frozenset((start, end))))
+
+    def _measured(self) -> dict[frozenset[Place], float]:
+        return {frozenset(_place(p) for p in m.between): m.rtt_ms for m in self.measured_rtts}
 
     def hedge_target(self, hedge: Hedge) -> Option | None:
         """The API option a gateway hedges to."""

@@ -24,7 +24,7 @@ import simpy
 from firsttoken.plan import provider
 from firsttoken.plan.hedging import hedge
 from firsttoken.plan.journey import Journey
-from firsttoken.plan.network import Route, route
+from firsttoken.plan.network import Route
 from firsttoken.plan.scenario import Option, Scenario, SelfHosted
 from firsttoken.plan.workload import draw
 from firsttoken.sim.engine import Engine, Sequence
@@ -78,8 +78,7 @@ def routes_to(scenario: Scenario, option: Option) -> list[Route]:
     """From each city to the option's first stop: its gateway when it has one."""
     users = scenario.users
     first = option.gateway.where if option.gateway is not None else option.where
-    return [route(city.where, first, scenario.path_factor,
-                  users.last_mile_ms if city.last_mile_ms is None else city.last_mile_ms)
+    return [scenario.way(city.where, first, users.last_mile_ms if city.last_mile_ms is None else city.last_mile_ms)
             for city in users.cities]
 
 
@@ -107,7 +106,7 @@ def _simulate(scenario: Scenario, option: Option, fast: bool) -> Run:
     journeys = traffic(scenario, routes_to(scenario, option))
     gateway = option.gateway
     if gateway is not None:  # a data centre to a data centre: no last mile on the long way
-        far = route(gateway.where, option.where, scenario.path_factor, 0.0)
+        far = scenario.way(gateway.where, option.where, 0.0)
         for journey in journeys:
             journey.from_cache = journey.repeat or journey.recalled
             journey.far = None if journey.from_cache else far
@@ -133,7 +132,8 @@ def _simulate(scenario: Scenario, option: Option, fast: bool) -> Run:
     if gateway is not None and gateway.hedge is not None:
         target = scenario.hedge_target(gateway.hedge)
         assert target is not None  # the scenario checked it names an api: option
-        hedge(upstream, option, target, scenario.path_factor, np.random.default_rng(scenario.seed + 2))
+        hedge(upstream, target, gateway.hedge.after_ms / 1000, scenario.way(gateway.where, target.where, 0.0),
+              np.random.default_rng(scenario.seed + 2))
     ended = max(ended, max((j.finished for j in journeys), default=0.0))
     return Run(option, journeys, busy, loaded, replicas, ended, starts)
 
