@@ -190,10 +190,10 @@ def summarise(scenario: Scenario, run: Run) -> OptionSummary:
     decoded = upstream & (columns.answer > 1)
     tpot = (columns.finished - columns.first_token)[decoded] / (columns.answer[decoded] - 1)
     cities = []
+    rtt = columns.floor_ms + columns.tax_ms + columns.mile_ms
     for index, city in enumerate(scenario.users.cities):
         mine = columns.city == index
         reached = np.flatnonzero(mine & upstream)  # the way to the option, from one that took it
-        rtt = columns.floor_ms + columns.tax_ms + columns.mile_ms
         cities.append(CitySummary(city.place, int(mine.sum()),
                                   float(columns.floor_ms[reached[0]]) if len(reached) else float("nan"),
                                   float(rtt[reached[0]]) if len(reached) else float("nan"),

@@ -148,7 +148,7 @@ class Engine:
             if sequence.prefilled < sequence.prompt_tokens:
                 return None
             left = min(left, sequence.max_output - sequence.generated)
-            context += sequence.prefilled + sequence.generated
+            context += sequence.context
         left -= 1
         if not self.running or left < 2:
             return None
