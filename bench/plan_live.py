@@ -15,7 +15,8 @@ import numpy as np
 from firsttoken.lab.replay import replay
 from firsttoken.plan.scenario import Scenario
 
-# (the users' city, the workload, requests a second): one option, an 8B model on an H100 in us-east-1.
+# (the users' city, the workload, requests a second): one option, an 8B model on an H100 in us-east-1, behind
+# a gateway in the users' city (its cache off, as the replay's).
 CASES = [("nairobi", "chat", 1.5), ("lagos", "chat", 1.5), ("nairobi", "rag", 1.0), ("nairobi", "chat", 6.0)]
 
 
@@ -25,7 +26,8 @@ def scenario(city: str, preset: str, rate: float, seconds: float) -> Scenario:
         "users": {"rate_per_s": rate, "last_mile_ms": 0, "reuse": 1.0, "cities": [{"place": city, "share": 1}]},
         "workload": {"preset": preset, "stream": True},
         "options": [{"name": "us-east-1", "self_hosted": {"place": "aws:us-east-1", "gpu": "h100",
-                                                          "model": "llama-3.1-8b", "usd_per_gpu_hour": 4}}]})
+                                                          "model": "llama-3.1-8b", "usd_per_gpu_hour": 4},
+                     "gateway": {"place": city, "cache": False}}]})
 
 
 def main() -> None:

@@ -167,6 +167,7 @@ def test_a_missing_lengths_file_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_gateways_semantic_cache_answers_most_paraphrases_and_every_miss_pays_its_look() -> None:
+    from firsttoken.plan.serving import GATEWAY, stack
     from firsttoken.plan.simulate import CACHE_HIT_S, SEMANTIC_LOOKUP_S, SEMANTIC_SERVED
 
     users = {"rate_per_s": 3, "reuse": 1, "cities": [{"place": "lagos", "share": 1}]}
@@ -184,8 +185,9 @@ def test_a_gateways_semantic_cache_answers_most_paraphrases_and_every_miss_pays_
             assert journey.first_token == pytest.approx(there + CACHE_HIT_S) and journey.gateway_s == 0
         elif journey.recalled:  # found in other words: the lookup is the answer's time
             assert journey.first_token == pytest.approx(there + SEMANTIC_LOOKUP_S) and journey.far is None
-        else:  # looked for, not found, sent on
-            assert journey.arrived == pytest.approx(there + SEMANTIC_LOOKUP_S) and journey.far is not None
+        else:  # looked for, not found, sent on: the look and the gateway's forwarding
+            forwarding = stack(GATEWAY).seconds(journey.prompt)
+            assert journey.arrived == pytest.approx(there + SEMANTIC_LOOKUP_S + forwarding) and journey.far is not None
     # without a gateway nothing is cached: the same requests all reach the option
     direct = plan.model_copy(update={"options": [plan.options[0].model_copy(update={"gateway": None})]})
     assert not any(j.from_cache or j.gateway_s for j in simulate(direct, direct.options[0]).journeys)

@@ -16,6 +16,7 @@ from firsttoken.cli import main
 from firsttoken.geo.places import resolve
 from firsttoken.plan.network import route
 from firsttoken.plan.scenario import MeasuredRtt, Scenario, ScenarioError, load
+from firsttoken.plan.serving import GATEWAY, stack
 from firsttoken.plan.simulate import SEMANTIC_LOOKUP_S, simulate
 from firsttoken.plan.summary import summarise
 
@@ -52,7 +53,9 @@ def test_alone_a_request_takes_the_network_plus_the_deployments_own_prefill_and_
     assert len(alone) > 20
     for journey in alone:
         assert journey.arrived == pytest.approx(journey.sent + journey.handshakes_s + journey.one_way_s)
-        assert journey.admitted == journey.arrived  # nothing ahead of it
+        # nothing ahead of it: its engine starts on it once the stack's front end is done
+        assert journey.front_end_s == hosted.self_hosted.front_end.seconds(journey.prompt) > 0
+        assert journey.admitted == pytest.approx(journey.arrived + journey.front_end_s)
         if journey.prompt <= 4096:  # one prefill step (the engine's token budget), which samples the first token
             assert journey.first_token - journey.admitted == pytest.approx(
                 deployment.mixed_step_s(0, 0, journey.prompt, 0))
@@ -158,8 +161,9 @@ def test_a_gateway_near_the_users_spares_them_the_long_handshakes_and_answers_re
                 journey.handshakes_s + near.rtt_ms / 1000 + 0.0005)
         else:  # across the ocean on a warm connection: no handshake on the long way
             assert journey.far.last_mile_ms == 0
-            assert journey.arrived == pytest.approx(  # and the gateway's look for it in other words
-                journey.sent + journey.handshakes_s + (near.rtt_ms + journey.far.rtt_ms) / 2000 + SEMANTIC_LOOKUP_S)
+            assert journey.arrived == pytest.approx(  # and the gateway's look for it in other words, and
+                journey.sent + journey.handshakes_s + (near.rtt_ms + journey.far.rtt_ms) / 2000  # forwarding
+                + SEMANTIC_LOOKUP_S + stack(GATEWAY).seconds(journey.prompt))
     plain, gated = summarise(plan, direct), summarise(plan, via)
     assert gated.cache_hits == len(hits) and plain.cache_hits == 0
     assert gated.phases["handshakes"] < plain.phases["handshakes"] / 3  # a last mile and round trips in Lagos
@@ -179,7 +183,7 @@ def test_scaled_to_zero_a_model_loads_back_after_an_idle_spell_and_is_billed_whi
     woke = [j for j in cold if j.cold_s == pytest.approx(load_s)]  # arrived to an unloaded model
     assert run.cold_starts == len(woke) > 5
     for journey in cold:  # the others arrived while it loaded, and waited for the rest of the load
-        assert journey.admitted - journey.arrived == pytest.approx(journey.cold_s)
+        assert journey.admitted - journey.arrived - journey.front_end_s == pytest.approx(journey.cold_s)
         assert journey.cold_s <= load_s + 1e-9
     summary = summarise(plan, run)
     assert summary.cold_starts == len(woke)

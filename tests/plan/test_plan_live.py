@@ -19,13 +19,14 @@ from firsttoken.plan.scenario import Scenario
 
 pytestmark = pytest.mark.quiet  # a few percent of a time to first token: not beside a loaded gateway
 
-# Users in Nairobi beside their gateway, an 8B model on an H100 in us-east-1: a 180 ms round trip.
+# Users in Nairobi beside their gateway (its cache off), an 8B model on an H100 in us-east-1: a 180 ms round trip.
 SCENARIO = Scenario.model_validate({
     "name": "live", "seed": 7, "duration_s": 40, "path_factor": 1.5,
     "users": {"rate_per_s": 1.5, "last_mile_ms": 0, "reuse": 1.0, "cities": [{"place": "nairobi", "share": 1}]},
     "workload": {"preset": "chat", "stream": True},
     "options": [{"name": "us-east-1", "self_hosted": {"place": "aws:us-east-1", "gpu": "h100",
-                                                      "model": "llama-3.1-8b", "usd_per_gpu_hour": 4}}]})
+                                                      "model": "llama-3.1-8b", "usd_per_gpu_hour": 4},
+                 "gateway": {"place": "nairobi", "cache": False}}]})
 
 
 @pytest.fixture(scope="module")

@@ -3,9 +3,10 @@ region across the packet-level delay line set to the plan's own round trip. What
 measured, to hold the plan's numbers against (`firsttoken plan`'s validation: tests/plan/test_plan_live.py,
 bench/plan_live.py).
 
-The plan's users must sit beside the gateway with its connections warm (one city, `reuse: 1`, no last
-mile), and the option must be self-hosted with no gateway of its own: the gateway here is in the near
-namespace, the region in the far one, running the option's deployment.
+The plan's users must sit beside their gateway with its connections warm (one city, `reuse: 1`, no last
+mile, the option's gateway in that city with its cache off, as the live one runs), and the option must be
+self-hosted: the gateway here is in the near namespace, the region in the far one, running the option's
+deployment.
 """
 
 from __future__ import annotations
@@ -74,13 +75,15 @@ def planned(journeys: list[Journey]) -> Felt:
 def replay(scenario: Scenario, work: Path | None = None) -> tuple[Felt, Felt]:
     """(as planned, as felt live) for the scenario's first option."""
     option = scenario.options[0]
-    hosted = option.self_hosted
+    hosted, gateway = option.self_hosted, option.gateway
     users = scenario.users
-    if hosted is None or option.gateway is not None or len(users.cities) != 1 or users.reuse != 1:
-        raise ValueError("a replay needs one city, reuse: 1 and a self-hosted option with no gateway of its own")
+    if (hosted is None or gateway is None or gateway.cache or len(users.cities) != 1 or users.reuse != 1
+            or routes_to(scenario, option)[0].rtt_ms != 0):
+        raise ValueError("a replay needs one city, reuse: 1, no last mile and a self-hosted option behind a "
+                         "gateway in that city with cache: false")
     journeys = sorted(simulate(scenario, option).journeys, key=lambda j: j.sent)
     work = work or Path(tempfile.mkdtemp(prefix="firsttoken-replay-"))
-    with DelayLine(rtt_ms=routes_to(scenario, option)[0].rtt_ms) as line:
+    with DelayLine(rtt_ms=scenario.way(gateway.where, option.where, 0.0).rtt_ms) as line:
         line.run_in(line.server_ns, [sys.executable, "-m", "firsttoken", "sim", "--host", line.server_ip,
                                      "--port", str(SIM_PORT), "--model", hosted.model, "--gpu", hosted.gpu,
                                      "--tp", str(hosted.tp), "--precision", hosted.precision,

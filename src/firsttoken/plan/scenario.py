@@ -13,7 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from firsttoken.geo.places import GeoError, Place, resolve
-from firsttoken.plan import prices
+from firsttoken.plan import prices, serving
 from firsttoken.plan.arrivals import SHAPES, Arrivals, Bursts
 from firsttoken.plan.network import Route, route
 from firsttoken.plan.workload import PRESETS, LengthsError, read_lengths
@@ -136,6 +136,18 @@ class Power(_Strict):
                        "losses, per watt the IT load draws")
 
 
+class FrontEndTimes(_Strict):
+    """A serving stack's own time on a request, as measured on it (plan/serving.py)."""
+
+    per_request_ms: float = Field(ge=0)
+    per_1k_prompt_ms: float = Field(0.0, ge=0, description="what each thousand prompt tokens add")
+    source: str | None = Field(None, description="where the figures come from")
+
+    @property
+    def front_end(self) -> serving.FrontEnd:
+        return serving.FrontEnd(self.per_request_ms, self.per_1k_prompt_ms, self.source)
+
+
 class SelfHosted(_Strict):
     place: str = Field(description="where the GPUs are: a region code, a city or lat,lon")
     gpu: str = "h100"
@@ -152,6 +164,9 @@ class SelfHosted(_Strict):
     idle_unload_s: float | None = Field(None, gt=0, description="scale to zero: idle this long, the model is "
                                         "unloaded and the next request waits for it to load back")
     load_gb_s: float = Field(DEFAULT_LOAD_BANDWIDTH_GB_S, gt=0, description="weights' load bandwidth, GB/s")
+    stack: str | FrontEndTimes = Field(serving.DEFAULT_STACK, description="the serving stack's own time on a "
+                                       "request outside the engine: a name from the shipped table, or its "
+                                       "measured per_request_ms and per_1k_prompt_ms")
 
     @model_validator(mode="before")
     @classmethod
@@ -164,6 +179,20 @@ class SelfHosted(_Strict):
         except prices.NoPrice as exc:
             raise ValueError(str(exc)) from None
         return {**data, "usd_per_gpu_hour": row.usd, "price_source": data.get("price_source") or row.cited}
+
+    @field_validator("stack")
+    @classmethod
+    def _known_stack(cls, stack: str | FrontEndTimes) -> str | FrontEndTimes:
+        if isinstance(stack, str):
+            try:
+                serving.stack(stack)
+            except KeyError as exc:
+                raise ValueError(exc.args[0]) from None
+        return stack
+
+    @property
+    def front_end(self) -> serving.FrontEnd:
+        return serving.stack(self.stack) if isinstance(self.stack, str) else self.stack.front_end
 
     @property
     def cold_start_s(self) -> float:
@@ -235,6 +264,8 @@ class Gateway(_Strict):
     kept warm (no handshakes on the long way), its edge cache answering repeated questions."""
 
     place: str = Field(description="where it runs: a city, a region code or lat,lon")
+    cache: bool = Field(True, description="its edge cache answers repeats and paraphrases; off: every request "
+                        "goes on")
     usd_per_month: float = Field(0.0, ge=0, description="what running it costs")
     hedge: Hedge | None = None
 

@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 import simpy
 
-from firsttoken.plan import provider
+from firsttoken.plan import provider, serving
 from firsttoken.plan.hedging import hedge
 from firsttoken.plan.journey import Journey
 from firsttoken.plan.network import Route
-from firsttoken.plan.scenario import Option, Scenario, SelfHosted
+from firsttoken.plan.scenario import Gateway, Option, Scenario, SelfHosted
 from firsttoken.plan.workload import draw
 from firsttoken.sim.engine import Engine, Sequence
 from firsttoken.sim.prefix_cache import BLOCK, PrefixCache
@@ -105,27 +105,27 @@ def simulate(scenario: Scenario, option: Option, fast: bool = True) -> Run:
 def _simulate(scenario: Scenario, option: Option, fast: bool) -> Run:
     journeys = traffic(scenario, routes_to(scenario, option))
     gateway = option.gateway
-    if gateway is not None:  # a data centre to a data centre: no last mile on the long way
-        far = scenario.way(gateway.where, option.where, 0.0)
-        for journey in journeys:
-            journey.from_cache = journey.repeat or journey.recalled
-            journey.far = None if journey.from_cache else far
-            journey.gateway_s = 0.0 if journey.repeat else SEMANTIC_LOOKUP_S  # an exact hit is found first
+    if gateway is not None:
+        _through_gateway(journeys, gateway, scenario.way(gateway.where, option.where, 0.0))
+    hosted = option.self_hosted
+    front_end = hosted.front_end if hosted is not None else None
     upstream = []
     for journey in journeys:
         journey.arrived = journey.sent + journey.handshakes_s + journey.one_way_s + journey.gateway_s
         if journey.from_cache:  # the edge cache has it, in these words or in others
             journey.admitted = journey.arrived
             journey.first_token = journey.finished = journey.arrived + (0.0 if journey.recalled else CACHE_HIT_S)
-        else:
-            upstream.append(journey)
-    upstream.sort(key=lambda j: j.arrived)
+            continue
+        if front_end is not None:
+            journey.front_end_s = front_end.seconds(journey.prompt)
+        upstream.append(journey)
+    upstream.sort(key=lambda j: j.arrived + j.front_end_s)
     busy = loaded = 0.0
     replicas = starts = 0
     ended = max(max((j.arrived for j in journeys), default=0.0), scenario.duration_s)
-    if option.self_hosted is not None:
-        busy, loaded, starts, ended = _self_hosted(option.self_hosted, upstream, ended, fast)
-        replicas = option.self_hosted.replicas
+    if hosted is not None:
+        busy, loaded, starts, ended = _self_hosted(hosted, upstream, ended, fast)
+        replicas = hosted.replicas
     else:
         assert option.api is not None
         provider.answer(option.api, upstream, np.random.default_rng(scenario.seed + 1))
@@ -136,6 +136,20 @@ def _simulate(scenario: Scenario, option: Option, fast: bool) -> Run:
               np.random.default_rng(scenario.seed + 2))
     ended = max(ended, max((j.finished for j in journeys), default=0.0))
     return Run(option, journeys, busy, loaded, replicas, ended, starts)
+
+
+def _through_gateway(journeys: list[Journey], gateway: Gateway, far: Route) -> None:
+    """What a gateway does to each journey: answers it from its edge cache (an exact repeat, or a paraphrase
+    its semantic cache finds), or spends its own time on it (the paraphrase lookup that missed, forwarding)
+    and sends it on the long way, a data centre to a data centre: no last mile there."""
+    forwarding = serving.stack(serving.GATEWAY)
+    for journey in journeys:
+        journey.from_cache = gateway.cache and (journey.repeat or journey.recalled)
+        journey.far = None if journey.from_cache else far
+        if journey.from_cache:  # an exact hit is found before the semantic lookup
+            journey.gateway_s = 0.0 if journey.repeat else SEMANTIC_LOOKUP_S
+        else:
+            journey.gateway_s = forwarding.seconds(journey.prompt) + (SEMANTIC_LOOKUP_S if gateway.cache else 0.0)
 
 
 class _Replica:
@@ -246,9 +260,9 @@ def _self_hosted(hosted: SelfHosted, journeys: list[Journey], until: float,
                                                                               default=0) // BLOCK)]
 
     def arrivals() -> Generator[simpy.Event, Any, None]:
-        for journey in journeys:
-            if journey.arrived > env.now:
-                yield env.timeout(journey.arrived - env.now)
+        for journey in journeys:  # the engine has it once the stack's front end is done with it
+            if journey.arrived + journey.front_end_s > env.now:
+                yield env.timeout(journey.arrived + journey.front_end_s - env.now)
             sequence = Sequence(journey.prompt, journey.answer, env.now)
             try:
                 min(replicas, key=lambda r: r.load).submit(sequence, shared_blocks[:journey.prefix // BLOCK])

@@ -17,7 +17,8 @@ from firsttoken.plan.simulate import Run
 HOURS_PER_MONTH = 730.0  # 365 × 24 / 12
 # The parts of a time to first token, in the order a request meets them. One round trip's worth of network
 # (the request out, the first token back) is split into the floor, the cables' detour and the last mile.
-PHASES = ("handshakes", "floor", "distance tax", "last mile", "gateway", "cold start", "queue", "prefill")
+PHASES = ("handshakes", "floor", "distance tax", "last mile", "gateway", "front end", "cold start", "queue",
+          "prefill")
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ class _Columns:
     cold: np.ndarray
     handshakes: np.ndarray
     gateway: np.ndarray  # the gateway's own time before it sent the request on
+    front_end: np.ndarray  # the serving stack's own time before its engine had it
     floor_ms: np.ndarray  # both legs' together, where there are two
     tax_ms: np.ndarray
     mile_ms: np.ndarray
@@ -102,12 +104,12 @@ class _Columns:
     @staticmethod
     def of(journeys: list[Journey]) -> _Columns:
         rows = np.array([(j.sent, j.arrived, j.admitted, j.first_token, j.finished, j.cold_s, j.handshakes_s,
-                          j.gateway_s, *_legs(j.near, j.far), j.prompt, j.answer, j.prefix, j.cached, j.city,
-                          not j.from_cache, j.hedged, j.hedge_won)
-                         for j in journeys], dtype=np.float64).reshape(-1, 19)
+                          j.gateway_s, j.front_end_s, *_legs(j.near, j.far), j.prompt, j.answer, j.prefix, j.cached,
+                          j.city, not j.from_cache, j.hedged, j.hedge_won)
+                         for j in journeys], dtype=np.float64).reshape(-1, 20)
         columns = list(rows.T)
-        columns[15] = columns[15].astype(np.int64)
-        columns[16:] = [column.astype(bool) for column in columns[16:]]
+        columns[16] = columns[16].astype(np.int64)
+        columns[17:] = [column.astype(bool) for column in columns[17:]]
         return _Columns(*columns)
 
     def felt(self, stream: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -183,8 +185,9 @@ def summarise(scenario: Scenario, run: Run) -> OptionSummary:
         "distance tax": _mean(columns.tax_ms / 1000),
         "last mile": _mean(columns.mile_ms / 1000),
         "gateway": _mean(columns.gateway),
+        "front end": _mean(columns.front_end),
         "cold start": _mean(columns.cold),
-        "queue": _mean(columns.admitted - columns.arrived - columns.cold),
+        "queue": _mean(columns.admitted - columns.arrived - columns.front_end - columns.cold),
         "prefill": _mean(columns.first_token - columns.admitted),
     }
     decoded = upstream & (columns.answer > 1)
