@@ -12,7 +12,7 @@ import argparse
 
 import numpy as np
 
-from firsttoken.lab.replay import replay
+from firsttoken.lab.replay import LIVE_BYTES_PER_TOKEN, replay
 from firsttoken.plan.scenario import Scenario
 
 # (the users' city, the workload, requests a second): one option, an 8B model on an H100 in us-east-1, behind
@@ -24,7 +24,7 @@ def scenario(city: str, preset: str, rate: float, seconds: float) -> Scenario:
     return Scenario.model_validate({
         "name": f"{city} {preset} {rate:g}/s", "seed": 11, "duration_s": seconds, "path_factor": 1.5,
         "users": {"rate_per_s": rate, "last_mile_ms": 0, "reuse": 1.0, "cities": [{"place": city, "share": 1}]},
-        "workload": {"preset": preset, "stream": True},
+        "workload": {"preset": preset, "stream": True, "bytes_per_token": LIVE_BYTES_PER_TOKEN},
         "options": [{"name": "us-east-1", "self_hosted": {"place": "aws:us-east-1", "gpu": "h100",
                                                           "model": "llama-3.1-8b", "usd_per_gpu_hour": 4},
                      "gateway": {"place": city, "cache": False}}]})

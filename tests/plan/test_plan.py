@@ -52,7 +52,8 @@ def test_alone_a_request_takes_the_network_plus_the_deployments_own_prefill_and_
              if not any(o is not j and o.arrived < j.finished and o.finished > j.arrived for o in run.journeys)]
     assert len(alone) > 20
     for journey in alone:
-        assert journey.arrived == pytest.approx(journey.sent + journey.handshakes_s + journey.one_way_s)
+        assert journey.arrived == pytest.approx(journey.sent + journey.handshakes_s + journey.one_way_s
+                                                + journey.slow_start_s)
         # nothing ahead of it: its engine starts on it once the stack's front end is done
         assert journey.front_end_s == hosted.self_hosted.front_end.seconds(journey.prompt) > 0
         assert journey.admitted == pytest.approx(journey.arrived + journey.front_end_s)
@@ -158,11 +159,12 @@ def test_a_gateway_near_the_users_spares_them_the_long_handshakes_and_answers_re
         assert journey.handshakes_s in (0.0, pytest.approx(near.handshakes_ms / 1000))
         if journey.far is None:  # the edge cache: there and back to the gateway, and its hit
             assert journey.first_token + journey.one_way_s - journey.sent == pytest.approx(
-                journey.handshakes_s + near.rtt_ms / 1000 + 0.0005)
+                journey.handshakes_s + near.rtt_ms / 1000 + journey.slow_start_s + 0.0005)
         else:  # across the ocean on a warm connection: no handshake on the long way
             assert journey.far.last_mile_ms == 0
             assert journey.arrived == pytest.approx(  # and the gateway's look for it in other words, and
                 journey.sent + journey.handshakes_s + (near.rtt_ms + journey.far.rtt_ms) / 2000  # forwarding
+                + journey.slow_start_s
                 + SEMANTIC_LOOKUP_S + stack(GATEWAY).seconds(journey.prompt))
     plain, gated = summarise(plan, direct), summarise(plan, via)
     assert gated.cache_hits == len(hits) and plain.cache_hits == 0

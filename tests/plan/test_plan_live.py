@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from firsttoken.lab.delayline import DelayLine
-from firsttoken.lab.replay import Felt, replay
+from firsttoken.lab.replay import LIVE_BYTES_PER_TOKEN, Felt, replay
 from firsttoken.plan.scenario import Scenario
 
 pytestmark = pytest.mark.quiet  # a few percent of a time to first token: not beside a loaded gateway
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.quiet  # a few percent of a time to first token: not be
 SCENARIO = Scenario.model_validate({
     "name": "live", "seed": 7, "duration_s": 40, "path_factor": 1.5,
     "users": {"rate_per_s": 1.5, "last_mile_ms": 0, "reuse": 1.0, "cities": [{"place": "nairobi", "share": 1}]},
-    "workload": {"preset": "chat", "stream": True},
+    "workload": {"preset": "chat", "stream": True, "bytes_per_token": LIVE_BYTES_PER_TOKEN},
     "options": [{"name": "us-east-1", "self_hosted": {"place": "aws:us-east-1", "gpu": "h100",
                                                       "model": "llama-3.1-8b", "usd_per_gpu_hour": 4},
                  "gateway": {"place": "nairobi", "cache": False}}]})

@@ -73,3 +73,16 @@ def test_a_gateway_without_its_cache_forwards_everything_and_spends_its_own_time
             for journey in journeys:  # no lookup: only forwarding, and the long way
                 assert journey.gateway_s == pytest.approx(forwarding.seconds(journey.prompt))
                 assert journey.far is not None
+
+
+def test_the_plan_says_how_many_warm_connections_a_gateway_needs() -> None:
+    busy = plan({}, {"place": "nairobi", "cache": False}).model_copy(
+        update={"users": plan({}).users.model_copy(update={"rate_per_s": 4.0}), "duration_s": 120})
+    run = simulate(busy, busy.options[0])
+    summary = summarise(busy, run)
+    spans = [(j.arrived - j.far.rtt_ms / 2000, j.finished + j.far.rtt_ms / 2000) for j in run.journeys]
+    moments = sorted({start for start, _ in spans})
+    most = max(sum(1 for start, end in spans if start <= t < end) for t in moments)  # counted the long way
+    assert summary.connections_peak == most > 5
+    alone = plan({})
+    assert summarise(alone, simulate(alone, alone.options[0])).connections_peak is None

@@ -48,6 +48,32 @@ def test_keep_warm_exercises_the_pool_while_idle(own_upstream, tmp_path) -> None
         assert len(own_upstream.stats.connections) == 2  # on the same warm connections
 
 
+def test_keep_warm_leaves_the_connections_traffic_keeps_busy_alone(own_upstream, tmp_path) -> None:
+    """A refresh that probed every warm connection at once took them from the requests arriving meanwhile,
+    and the probes opened new ones beside those traffic held: across an ocean, a handshake each."""
+    settings = gateway_settings(own_upstream.url)
+    settings["upstreams"]["fake"]["pool"] = {"warm": 8, "refresh_s": 1.0}
+    with GatewayProcess(settings, tmp_path) as gateway:
+        assert len(own_upstream.stats.connections) == 8
+        before = own_upstream.stats.requests - own_upstream.stats.chats
+        body = {"model": "fake/sleep-100", "messages": USER}
+
+        def one(_n: int) -> None:
+            httpx.post(gateway.url + "/v1/chat/completions", json=body, timeout=10,
+                       headers={"Authorization": f"Bearer {CLIENT_KEY}"}).raise_for_status()
+
+        with ThreadPoolExecutor(8) as pool:  # a request every 30 ms, each 100 ms long: 3-4 at once, for 3.5 s
+            futures = []
+            for n in range(116):
+                futures.append(pool.submit(one, n))
+                time.sleep(0.03)
+            for future in futures:
+                future.result()
+        probes = own_upstream.stats.requests - own_upstream.stats.chats - before
+        assert probes <= 8, "traffic used every warm connection within the refresh: none needed a probe"
+        assert len(own_upstream.stats.connections) <= 10, "no probe took a connection a request then had to open"
+
+
 def test_client_leaving_mid_stream_aborts_the_upstream(own_upstream, tmp_path) -> None:
     with GatewayProcess(gateway_settings(own_upstream.url), tmp_path) as gateway:
         body = {"model": "fake/slow-stream", "stream": True,

@@ -26,8 +26,12 @@ from firsttoken.lab.delayline import DelayLine
 from firsttoken.plan.journey import Journey
 from firsttoken.plan.scenario import Scenario
 from firsttoken.plan.simulate import routes_to, simulate
+from firsttoken.plan.summary import connections_peak
 
 SIM_PORT, GATEWAY_PORT = 9001, 8787
+# The client's prompts are words of one letter: two bytes a token on the wire ("w "), for a scenario's
+# workload.bytes_per_token (how many round trips a long prompt needs in TCP's slow start).
+LIVE_BYTES_PER_TOKEN = 2.0
 
 # Runs in the near namespace: each request at its moment, its prompt exactly its length in the region's
 # tokens (four framing tokens and its words, the first one its own so that no prefix is shared), run to
@@ -52,6 +56,8 @@ CLIENT = textwrap.dedent("""
 
     async def main():
         async with httpx.AsyncClient(timeout=300, limits=httpx.Limits(max_connections=500)) as client:
+            for n in range(3):  # the processes' first requests pay for their imports and first calls: not timed
+                await one(client, time.monotonic(), f"warm-up {n}", 0, 50, 2)
             start = time.monotonic() + 0.5
             print(json.dumps(await asyncio.gather(*(one(client, start, i, *r) for i, r in enumerate(plan)))))
 
@@ -91,8 +97,11 @@ def replay(scenario: Scenario, work: Path | None = None) -> tuple[Felt, Felt]:
                     stdout=subprocess.DEVNULL, stderr=(work / "sim.log").open("w"))
         line.wait_for_port(line.client_ns, line.server_ip, SIM_PORT)
         config = work / "firsttoken.yaml"
+        # as the plan has it: every request on a warm connection across the ocean, so the pool holds as many
+        # as the busiest moment needs (the gateway opens its warm ones at start-up)
+        warm = min(max(connections_peak(journeys), 16), 256)
         config.write_text(yaml.safe_dump({"cache": False, "journeys": {"log": None}, "upstreams": {"far": {
-            "url": f"http://{line.server_ip}:{SIM_PORT}/v1", "pool": {"warm": 16}}}}))
+            "url": f"http://{line.server_ip}:{SIM_PORT}/v1", "pool": {"warm": warm}}}}))
         line.run_in(line.client_ns, [sys.executable, "-m", "firsttoken", "serve", "--config", str(config),
                                      "--port", str(GATEWAY_PORT)],
                     stdout=subprocess.DEVNULL, stderr=(work / "gateway.log").open("w"))

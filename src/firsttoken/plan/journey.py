@@ -22,6 +22,7 @@ class Journey:
     paraphrase: bool = False  # asked before in other words
     recalled: bool = False  # a paraphrase that a gateway's semantic cache would find (SEMANTIC_SERVED of them)
     far: Route | None = None  # from the gateway to the option (its connections warm): None when answered at the gateway
+    slow_start_s: float = 0.0  # the round trips its request waited for TCP's window to open, on every leg
     arrived: float = 0.0  # where it is answered (the option, or the gateway's cache)
     front_end_s: float = 0.0  # the self-hosted stack's own time on it before its engine has it
     admitted: float = 0.0  # a replica started on it (its queue ends)

@@ -5,11 +5,20 @@ the access network at the user's end, and the handshakes a new connection pays b
 A new connection costs a DNS lookup (answered by the access network's resolver: one last-mile round
 trip), TCP's handshake (one round trip) and TLS 1.3's (one more) before the request's own first byte
 leaves. A connection already open pays none of them.
+
+A request larger than TCP's initial congestion window also waits for acknowledgements: the sender may
+have only that window in flight, and doubles it each round trip (slow start). A connection left idle
+starts over from the initial window (Linux's default, tcp_slow_start_after_idle), so a long prompt pays
+round trips of its own on every long way, warm connection or not (found on the live region: a 9 000-token
+prompt across 180 ms came a round trip late, docs/architecture.md "`firsttoken plan`").
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike
 
 from firsttoken.geo import paths
 from firsttoken.geo.places import Place
@@ -43,3 +52,18 @@ def route(user: Place, server: Place, path_factor: float | None, last_mile_ms: f
         return Route(floor, floor * (path_factor - 1), last_mile_ms)
     way = paths.path(user, server)
     return Route(floor, max(way.rtt_ms() - floor, 0.0), last_mile_ms, way.hubs)
+
+
+# RFC 6928's initial window, Linux's default since 3.0: ten segments of an Ethernet path's MSS.
+INITIAL_WINDOW_SEGMENTS = 10
+MSS_BYTES = 1448  # 1 500-byte MTU less IP and TCP headers with timestamps
+# A chat request's HTTP headers and JSON around its messages (an SDK's headers, the model, the options):
+# chosen, a few hundred bytes either way changes a round trip only at the edge of a window.
+REQUEST_OVERHEAD_BYTES = 600
+
+
+def slow_start_round_trips(size_bytes: ArrayLike, initial_window: int = INITIAL_WINDOW_SEGMENTS) -> np.ndarray:
+    """The round trips beyond the first that each of `size_bytes` sent from an initial window needs: after r
+    round trips slow start has let initial_window × (2^r − 1) segments go."""
+    segments = np.ceil(np.asarray(size_bytes, dtype=np.float64) / MSS_BYTES)
+    return np.maximum(np.ceil(np.log2(segments / initial_window + 1)) - 1, 0).astype(np.int64)

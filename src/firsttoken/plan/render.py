@@ -51,6 +51,10 @@ def show(console: Console, scenario: Scenario, summaries: list[OptionSummary]) -
         total = sum(s.phases.values()) or 1.0
         phases.add_row(s.name, *(f"{duration(s.phases[p])} {s.phases[p] / total:.0%}" for p in PHASES))
     console.print(phases)
+    for s in summaries:
+        if s.connections_peak:
+            console.print(f"[dim]{s.name}: its gateway needs {s.connections_peak} connections kept warm (pool.warm) "
+                          "for the busiest moment's requests to pay no handshake across the ocean[/]")
     refused = [s for s in summaries if s.refused]
     for s in refused:
         console.print(f"[yellow]{s.name}: {s.refused} requests could never fit a replica's KV cache[/]")

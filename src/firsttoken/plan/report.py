@@ -22,8 +22,8 @@ from firsttoken.plan.summary import PHASES, OptionSummary, recommend
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22")
 PHASE_COLOURS = {"handshakes": "#e45756", "floor": "#4c78a8", "distance tax": "#9ecae9", "last mile": "#72b7b2",
-                 "gateway": "#9d755d", "front end": "#bab0ac", "cold start": "#b279a2", "queue": "#f58518",
-                 "prefill": "#54a24b"}
+                 "slow start": "#ff9da6", "gateway": "#9d755d", "front end": "#bab0ac", "cold start": "#b279a2",
+                 "queue": "#f58518", "prefill": "#54a24b"}
 _VENDOR = resources.files("firsttoken.dashboard") / "assets" / "vendor"
 _ASSETS = resources.files("firsttoken.plan") / "assets"
 

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from firsttoken.geo.places import GeoError, Place, resolve
 from firsttoken.plan import prices, serving
 from firsttoken.plan.arrivals import SHAPES, Arrivals, Bursts
-from firsttoken.plan.network import Route, route
+from firsttoken.plan.network import INITIAL_WINDOW_SEGMENTS, Route, route
 from firsttoken.plan.workload import PRESETS, LengthsError, read_lengths
 from firsttoken.sim.catalogue import Catalogue, CatalogueError
 from firsttoken.sim.roofline import DEFAULT_LOAD_BANDWIDTH_GB_S, ENGINE_START_S, Deployment, DeploymentError
@@ -98,6 +98,9 @@ class Workload(_Strict):
                            "a gateway's edge cache answers them")
     paraphrases: float = Field(0.0, ge=0, lt=1, description="the share of requests asked before in other "
                                "words: a gateway's semantic cache answers most of them")
+    bytes_per_token: float = Field(4.0, gt=0, description="what a prompt token weighs on the wire: about 4 "
+                                   "characters of English text (JSON's escapes aside); sets how many round trips "
+                                   "a long prompt needs in TCP's slow start")
     shared_prefix_tokens: int | None = Field(None, ge=0, description="leading prompt tokens every request "
                                              "repeats (a system prompt, tools): a replica's prefix cache skips "
                                              "their prefill, a provider bills them at its cached-input price; "
@@ -266,6 +269,9 @@ class Gateway(_Strict):
     place: str = Field(description="where it runs: a city, a region code or lat,lon")
     cache: bool = Field(True, description="its edge cache answers repeats and paraphrases; off: every request "
                         "goes on")
+    initial_window: int = Field(INITIAL_WINDOW_SEGMENTS, ge=1, le=1000, description="TCP's initial congestion "
+                                "window on its host's route to the option, in segments (Linux's 10 unless the "
+                                "route says `initcwnd N`): a long prompt across the ocean in fewer round trips")
     usd_per_month: float = Field(0.0, ge=0, description="what running it costs")
     hedge: Hedge | None = None
 

@@ -24,7 +24,7 @@ import simpy
 from firsttoken.plan import provider, serving
 from firsttoken.plan.hedging import hedge
 from firsttoken.plan.journey import Journey
-from firsttoken.plan.network import Route
+from firsttoken.plan.network import REQUEST_OVERHEAD_BYTES, Route, slow_start_round_trips
 from firsttoken.plan.scenario import Gateway, Option, Scenario, SelfHosted
 from firsttoken.plan.workload import draw
 from firsttoken.sim.engine import Engine, Sequence
@@ -107,11 +107,13 @@ def _simulate(scenario: Scenario, option: Option, fast: bool) -> Run:
     gateway = option.gateway
     if gateway is not None:
         _through_gateway(journeys, gateway, scenario.way(gateway.where, option.where, 0.0))
+    _slow_start(journeys, scenario.workload.bytes_per_token, gateway)
     hosted = option.self_hosted
     front_end = hosted.front_end if hosted is not None else None
     upstream = []
     for journey in journeys:
-        journey.arrived = journey.sent + journey.handshakes_s + journey.one_way_s + journey.gateway_s
+        journey.arrived = (journey.sent + journey.handshakes_s + journey.one_way_s + journey.slow_start_s
+                           + journey.gateway_s)
         if journey.from_cache:  # the edge cache has it, in these words or in others
             journey.admitted = journey.arrived
             journey.first_token = journey.finished = journey.arrived + (0.0 if journey.recalled else CACHE_HIT_S)
@@ -136,6 +138,19 @@ def _simulate(scenario: Scenario, option: Option, fast: bool) -> Run:
               np.random.default_rng(scenario.seed + 2))
     ended = max(ended, max((j.finished for j in journeys), default=0.0))
     return Run(option, journeys, busy, loaded, replicas, ended, starts)
+
+
+def _slow_start(journeys: list[Journey], bytes_per_token: float, gateway: Gateway | None) -> None:
+    """The round trips each request waits on each leg for TCP's window to open: from the user's initial
+    window, and from the gateway's on the long way."""
+    if not journeys:
+        return
+    sizes = np.array([j.prompt for j in journeys]) * bytes_per_token + REQUEST_OVERHEAD_BYTES
+    near = slow_start_round_trips(sizes).tolist()
+    far = slow_start_round_trips(sizes, gateway.initial_window).tolist() if gateway is not None else near
+    for journey, near_rounds, far_rounds in zip(journeys, near, far, strict=True):
+        waited = near_rounds * journey.near.rtt_ms + (far_rounds * journey.far.rtt_ms if journey.far else 0.0)
+        journey.slow_start_s = waited / 1000
 
 
 def _through_gateway(journeys: list[Journey], gateway: Gateway, far: Route) -> None:

@@ -17,8 +17,8 @@ from firsttoken.plan.simulate import Run
 HOURS_PER_MONTH = 730.0  # 365 × 24 / 12
 # The parts of a time to first token, in the order a request meets them. One round trip's worth of network
 # (the request out, the first token back) is split into the floor, the cables' detour and the last mile.
-PHASES = ("handshakes", "floor", "distance tax", "last mile", "gateway", "front end", "cold start", "queue",
-          "prefill")
+PHASES = ("handshakes", "floor", "distance tax", "last mile", "slow start", "gateway", "front end", "cold start",
+          "queue", "prefill")
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,8 @@ class OptionSummary:
     kwh_per_million_tokens: float | None  # the GPUs' energy, the facility's PUE included; None for an API
     usd_power_per_month: float | None  # electricity bought apart from the GPU-hour (in usd_per_month too)
     power_source: str | None  # where that electricity comes from, as the scenario says
+    connections_peak: int | None  # most requests on the gateway's long way at once: the warm connections its
+    # pool needs for none of them to pay a handshake across the ocean; None without a gateway
     cities: list[CitySummary]
     ttft_cdf: list[float]  # seconds at the 0th, 1st, …, 100th percentile: the CDF of time to first token
 
@@ -87,6 +89,7 @@ class _Columns:
     finished: np.ndarray
     cold: np.ndarray
     handshakes: np.ndarray
+    slow_start: np.ndarray  # round trips its request waited for TCP's window to open
     gateway: np.ndarray  # the gateway's own time before it sent the request on
     front_end: np.ndarray  # the serving stack's own time before its engine had it
     floor_ms: np.ndarray  # both legs' together, where there are two
@@ -104,12 +107,12 @@ class _Columns:
     @staticmethod
     def of(journeys: list[Journey]) -> _Columns:
         rows = np.array([(j.sent, j.arrived, j.admitted, j.first_token, j.finished, j.cold_s, j.handshakes_s,
-                          j.gateway_s, j.front_end_s, *_legs(j.near, j.far), j.prompt, j.answer, j.prefix, j.cached,
-                          j.city, not j.from_cache, j.hedged, j.hedge_won)
-                         for j in journeys], dtype=np.float64).reshape(-1, 20)
+                          j.slow_start_s, j.gateway_s, j.front_end_s, *_legs(j.near, j.far), j.prompt, j.answer,
+                          j.prefix, j.cached, j.city, not j.from_cache, j.hedged, j.hedge_won)
+                         for j in journeys], dtype=np.float64).reshape(-1, 21)
         columns = list(rows.T)
-        columns[16] = columns[16].astype(np.int64)
-        columns[17:] = [column.astype(bool) for column in columns[17:]]
+        columns[17] = columns[17].astype(np.int64)
+        columns[18:] = [column.astype(bool) for column in columns[18:]]
         return _Columns(*columns)
 
     def felt(self, stream: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -184,6 +187,7 @@ def summarise(scenario: Scenario, run: Run) -> OptionSummary:
         "floor": _mean(columns.floor_ms / 1000),
         "distance tax": _mean(columns.tax_ms / 1000),
         "last mile": _mean(columns.mile_ms / 1000),
+        "slow start": _mean(columns.slow_start),
         "gateway": _mean(columns.gateway),
         "front end": _mean(columns.front_end),
         "cold start": _mean(columns.cold),
@@ -209,7 +213,8 @@ def summarise(scenario: Scenario, run: Run) -> OptionSummary:
         usd / tokens * 1e6 if tokens else float("nan"), _prefix_share(columns, api),
         _share(columns.hedged, upstream), _share(columns.hedge_won, upstream), price_source,
         kwh / tokens * 1e6 if kwh is not None and tokens else None, power_usd,
-        hosted.power.source if hosted is not None and hosted.power is not None else None, cities,
+        hosted.power.source if hosted is not None and hosted.power is not None else None,
+        connections_peak(served) if gateway is not None else None, cities,
         [float(v) for v in np.percentile(ttft, np.arange(101))] if len(ttft) else [])
 
 
@@ -219,6 +224,17 @@ def _prefix_share(columns: _Columns, api: ProviderApi | None) -> float:
         return 0.0
     skipped = columns.cached if api is None else _provider_held(api, columns.prefix)
     return float(skipped[columns.upstream].sum() / prompts.sum())
+
+
+def connections_peak(journeys: list[Journey]) -> int:
+    """The most requests in flight at once between a gateway and its option: each holds a connection from
+    the moment the gateway sends it until its last token is back there."""
+    spans = np.array([(j.arrived - j.far.rtt_ms / 2000, j.finished + j.far.rtt_ms / 2000)
+                      for j in journeys if j.far is not None]).reshape(-1, 2)
+    times = np.concatenate([spans[:, 0], spans[:, 1]])
+    steps = np.concatenate([np.ones(len(spans)), -np.ones(len(spans))])
+    order = np.lexsort((steps, times))  # at the same moment a connection is given back before it is taken again
+    return int(np.cumsum(steps[order]).max(initial=0))
 
 
 def _share(which: np.ndarray, of: np.ndarray) -> float:

@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
-from time import perf_counter
+from time import monotonic, perf_counter
 from typing import Any
 
 import aiohttp
@@ -114,6 +114,16 @@ class TimedConnector(aiohttp.TCPConnector):
         finally:
             self.waiting -= 1
             _queued.set(_queued.get() + perf_counter() - started)
+
+    def idle_for(self) -> list[float]:
+        """Seconds each idle connection has waited since it was last given back. aiohttp keeps them in that
+        order and hands out the longest idle first, so traffic takes its turn on every one of them."""
+        now = monotonic()
+        return [now - released for idle in self._conns.values() for _, released in idle]
+
+    @property
+    def in_use(self) -> int:
+        return len(self._acquired)
 
     def handshake(self, response: aiohttp.ClientResponse) -> Handshake | None:
         """How this response's connection was opened, or None when it was reused (asked once: it is

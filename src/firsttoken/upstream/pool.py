@@ -1,10 +1,14 @@
 """The warm pool: one keep-alive connection pool per upstream, opened at start-up and kept warm.
 
 A client request should never pay DNS + TCP + TLS across an ocean. The pool opens `pool.warm`
-connections before the gateway reports ready, and every `pool.refresh_s` it exercises them again
-with a cheap request (traffic alone keeps only the most recently used connection fresh), so neither
-side's keep-alive timer expires; sooner when the upstream says (`Keep-Alive: timeout=N`) that it
-closes idle connections sooner. aiohttp owns the sockets; this module owns when they are opened and what they cost.
+connections before the gateway reports ready, and every `pool.refresh_s` it exercises again, with a
+cheap request, those that traffic left idle for half that time, so neither side's keep-alive timer
+expires; sooner when the upstream says (`Keep-Alive: timeout=N`) that it closes idle connections sooner.
+Connections that traffic keeps busy are left to it: a probe holds its connection for a round trip across
+the ocean, and a request that found every connection held by a probe would pay a handshake (measured:
+a refresh of every warm connection at once under steady traffic cost a few requests in each round a new
+TCP connection, 180 ms, docs/architecture.md "`firsttoken plan`"). aiohttp owns the sockets; this module
+owns when they are opened and what they cost.
 """
 
 from __future__ import annotations
@@ -106,12 +110,17 @@ class WarmPool:
             raise
 
     async def warm(self) -> None:
-        """Open (or exercise) `pool.warm` connections at once: concurrent probes take one each."""
-        count = self.settings.pool.warm
-        if count == 0 or self.session is None:
+        """Open the warm connections that are missing and exercise those left idle, at once: concurrent
+        probes take one each, the longest idle first."""
+        wanted = self.settings.pool.warm
+        if wanted == 0 or self.session is None or self.connector is None:
             self.state.attempted = True
-            self.state.warm = count == 0
+            self.state.warm = wanted == 0
             return
+        count = probes_needed(wanted, self.connector.in_use, self.connector.idle_for(), self.refresh_interval() / 2)
+        if count == 0 and self.state.warm:  # traffic keeps every one of them fresh
+            return
+        count = count or wanted  # not warm yet: try them all again
         self._problem = None
         results = await asyncio.gather(*(self._probe() for _ in range(count)), return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
@@ -154,6 +163,15 @@ class WarmPool:
         except Exception:  # the warmer must never die silently; log and let readiness show it
             log.exception("upstream %s: keep-warm task failed", self.name)
             self.state.warm = False
+
+
+def probes_needed(warm: int, in_use: int, idle_for: list[float], stale_after_s: float) -> int:
+    """How many probes a refresh round sends: one for each warm connection not open at all, and one for
+    each idle connection that traffic has not used for `stale_after_s` (the longest idle are taken first,
+    so the probes reach exactly those). Connections in use are fresh; so are the recently given back."""
+    missing = max(warm - in_use - len(idle_for), 0)
+    stale = sum(1 for seconds in idle_for if seconds >= stale_after_s)
+    return missing + min(stale, warm)
 
 
 _KEEPALIVE_TIMEOUT = re.compile(r"timeout=(\d+(?:\.\d+)?)")
