@@ -17,6 +17,10 @@ from firsttoken.plan.scenario import Scenario
 
 # (the users' city, the workload, requests a second): one option, an 8B model on an H100 in us-east-1, behind
 # a gateway in the users' city (its cache off, as the replay's).
+# The gateway's host opens TCP's initial window to 64 segments (`ip route … initcwnd 64`), as recommended
+# (docs/deploy.md): a long prompt crosses in one round trip; what slow start costs without it is measured
+# apart (bench/slow_start.py).
+GATEWAY_WINDOW = 64
 CASES = [("nairobi", "chat", 1.5), ("lagos", "chat", 1.5), ("nairobi", "rag", 1.0), ("nairobi", "chat", 6.0)]
 
 
@@ -27,7 +31,7 @@ def scenario(city: str, preset: str, rate: float, seconds: float) -> Scenario:
         "workload": {"preset": preset, "stream": True, "bytes_per_token": LIVE_BYTES_PER_TOKEN},
         "options": [{"name": "us-east-1", "self_hosted": {"place": "aws:us-east-1", "gpu": "h100",
                                                           "model": "llama-3.1-8b", "usd_per_gpu_hour": 4},
-                     "gateway": {"place": city, "cache": False}}]})
+                     "gateway": {"place": city, "cache": False, "initial_window": GATEWAY_WINDOW}}]})
 
 
 def main() -> None:

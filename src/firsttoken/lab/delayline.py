@@ -411,6 +411,17 @@ class DelayLine:
         self._require_open()
         return subprocess.run(self.exec_prefix(ns) + list(argv), timeout=timeout, **run_kwargs)
 
+    def initial_window(self, ns: str, segments: int) -> None:
+        """TCP's initial congestion window (and the receive window offered) on `ns`'s route across the line,
+        as `ip route change … initcwnd N initrwnd N` sets it on a host: how much a new or long-idle
+        connection may send in its first round trip (Linux's default: 10 segments)."""
+        self._require_open()
+        dev = _CLIENT_IF if ns == self.client_ns else _SERVER_IF
+        network = f"{self.client_ip.rsplit('.', 1)[0]}.0/{self.prefix_len}"
+        _run(["ip", "-n", ns, "route", "change", network, "dev", dev, "proto", "kernel", "scope", "link", "src",
+              self.client_ip if ns == self.client_ns else self.server_ip, "initcwnd", str(segments), "initrwnd",
+              str(segments)])
+
     def wait_for_port(self, ns: str, host: str, port: int, timeout_s: float = 20.0) -> None:
         """Until something in namespace ``ns`` accepts connections on host:port; RuntimeError after ``timeout_s``."""
         probe = f"import socket; socket.create_connection(({host!r}, {port}), timeout=1).close()"

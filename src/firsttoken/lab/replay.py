@@ -24,6 +24,7 @@ import yaml
 
 from firsttoken.lab.delayline import DelayLine
 from firsttoken.plan.journey import Journey
+from firsttoken.plan.network import INITIAL_WINDOW_SEGMENTS
 from firsttoken.plan.scenario import Scenario
 from firsttoken.plan.simulate import routes_to, simulate
 from firsttoken.plan.summary import connections_peak
@@ -90,6 +91,9 @@ def replay(scenario: Scenario, work: Path | None = None) -> tuple[Felt, Felt]:
     journeys = sorted(simulate(scenario, option).journeys, key=lambda j: j.sent)
     work = work or Path(tempfile.mkdtemp(prefix="firsttoken-replay-"))
     with DelayLine(rtt_ms=scenario.way(gateway.where, option.where, 0.0).rtt_ms) as line:
+        if gateway.initial_window != INITIAL_WINDOW_SEGMENTS:  # the gateway's host sends it, the region's takes it
+            for ns in (line.client_ns, line.server_ns):
+                line.initial_window(ns, gateway.initial_window)
         line.run_in(line.server_ns, [sys.executable, "-m", "firsttoken", "sim", "--host", line.server_ip,
                                      "--port", str(SIM_PORT), "--model", hosted.model, "--gpu", hosted.gpu,
                                      "--tp", str(hosted.tp), "--precision", hosted.precision,
