@@ -109,17 +109,17 @@ def _simulate(scenario: Scenario, option: Option, fast: bool) -> Run:
         _through_gateway(journeys, gateway, scenario.way(gateway.where, option.where, 0.0))
     _slow_start(journeys, scenario.workload.bytes_per_token, gateway)
     hosted = option.self_hosted
-    front_end = hosted.front_end if hosted is not None else None
+    front_end = hosted.front_end if hosted is not None else serving.stack("none")  # an API's is in its TTFT
+    per_request_s, per_token_s = front_end.per_request_ms / 1000, front_end.per_1k_prompt_ms / 1e6
     upstream = []
-    for journey in journeys:
+    for journey in journeys:  # a million of them in a day's run: the front end's arithmetic inline
         journey.arrived = (journey.sent + journey.handshakes_s + journey.one_way_s + journey.slow_start_s
                            + journey.gateway_s)
         if journey.from_cache:  # the edge cache has it, in these words or in others
             journey.admitted = journey.arrived
             journey.first_token = journey.finished = journey.arrived + (0.0 if journey.recalled else CACHE_HIT_S)
             continue
-        if front_end is not None:
-            journey.front_end_s = front_end.seconds(journey.prompt)
+        journey.front_end_s = per_request_s + per_token_s * journey.prompt
         upstream.append(journey)
     upstream.sort(key=lambda j: j.arrived + j.front_end_s)
     busy = loaded = 0.0
@@ -146,11 +146,12 @@ def _slow_start(journeys: list[Journey], bytes_per_token: float, gateway: Gatewa
     if not journeys:
         return
     sizes = np.array([j.prompt for j in journeys]) * bytes_per_token + REQUEST_OVERHEAD_BYTES
-    near = slow_start_round_trips(sizes).tolist()
-    far = slow_start_round_trips(sizes, gateway.initial_window).tolist() if gateway is not None else near
-    for journey, near_rounds, far_rounds in zip(journeys, near, far, strict=True):
-        waited = near_rounds * journey.near.rtt_ms + (far_rounds * journey.far.rtt_ms if journey.far else 0.0)
-        journey.slow_start_s = waited / 1000
+    near = slow_start_round_trips(sizes)
+    far = slow_start_round_trips(sizes, gateway.initial_window) if gateway is not None else near
+    for index in np.flatnonzero(near + far).tolist():  # most prompts fit the first window: left at 0
+        journey = journeys[index]
+        waited = near[index] * journey.near.rtt_ms + (far[index] * journey.far.rtt_ms if journey.far else 0.0)
+        journey.slow_start_s = float(waited) / 1000
 
 
 def _through_gateway(journeys: list[Journey], gateway: Gateway, far: Route) -> None:
@@ -275,9 +276,10 @@ def _self_hosted(hosted: SelfHosted, journeys: list[Journey], until: float,
                                                                               default=0) // BLOCK)]
 
     def arrivals() -> Generator[simpy.Event, Any, None]:
-        for journey in journeys:  # the engine has it once the stack's front end is done with it
-            if journey.arrived + journey.front_end_s > env.now:
-                yield env.timeout(journey.arrived + journey.front_end_s - env.now)
+        for journey in journeys:
+            at = journey.arrived + journey.front_end_s  # the engine has it once the stack's front end is done
+            if at > env.now:
+                yield env.timeout(at - env.now)
             sequence = Sequence(journey.prompt, journey.answer, env.now)
             try:
                 min(replicas, key=lambda r: r.load).submit(sequence, shared_blocks[:journey.prefix // BLOCK])

@@ -144,11 +144,14 @@ class Engine:
         one at a time. None when not in such a state, or when fewer than two steps would run."""
         self._admit(now)
         left, context = most + 1, 0
-        for sequence in self.running:  # one pass: this runs once per decode run, for every sequence
+        # one pass, written out (no min() or property calls): a day's plan makes a million of these passes
+        for sequence in self.running:
             if sequence.prefilled < sequence.prompt_tokens:
                 return None
-            left = min(left, sequence.max_output - sequence.generated)
-            context += sequence.context
+            remaining = sequence.max_output - sequence.generated
+            if remaining < left:
+                left = remaining
+            context += sequence.prefilled + sequence.generated
         left -= 1
         if not self.running or left < 2:
             return None
