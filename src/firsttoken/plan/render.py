@@ -43,13 +43,17 @@ def show(console: Console, scenario: Scenario, summaries: list[OptionSummary]) -
                                      for s in summaries))
     console.print(cities)
 
+    # a phase to a row and an option to a column: ten phases do not fit across 80 columns, five options do;
+    # a phase no option spends any time in is left out
     phases = Table(title="Where the first token's time goes (mean)", title_justify="left")
-    phases.add_column("option")
-    for phase in PHASES:
-        phases.add_column(phase, justify="right")
+    phases.add_column("phase")
     for s in summaries:
-        total = sum(s.phases.values()) or 1.0
-        phases.add_row(s.name, *(f"{duration(s.phases[p])} {s.phases[p] / total:.0%}" for p in PHASES))
+        phases.add_column(s.name, justify="right")
+    totals = [sum(s.phases.values()) or 1.0 for s in summaries]
+    for phase in PHASES:
+        if any(s.phases[phase] > 0 for s in summaries):
+            phases.add_row(phase, *(f"{duration(s.phases[phase])} {s.phases[phase] / total:.0%}"
+                                    for s, total in zip(summaries, totals, strict=True)))
     console.print(phases)
     for s in summaries:
         if s.connections_peak:
