@@ -31,7 +31,8 @@ class Journey:
     finished: float = 0.0  # its last token, there
     refused: bool = False  # it could never fit the replica's KV cache
     from_cache: bool = False  # answered by the gateway's edge cache: it never reached the option
-    prefix: int = 0  # leading prompt tokens every request repeats (the workload's shared prefix)
+    kind: str = "chat"  # the workload's kind of request (its preset) this one is
+    prefix: int = 0  # leading prompt tokens every request of its kind repeats (the kind's shared prefix)
     cached: int = 0  # of its prompt, the tokens whose prefill the replica's prefix cache skipped
     gateway_s: float = 0.0  # the gateway's own time on it before the request that answered left it: the
     # paraphrase lookup, and the wait before a hedge

@@ -15,7 +15,7 @@ from firsttoken.plan.summary import PHASES, OptionSummary, recommend
 def show(console: Console, scenario: Scenario, summaries: list[OptionSummary]) -> None:
     users = scenario.users
     console.print(f"[bold]{scenario.name}[/]: {users.rate_per_s:g} requests/s for {scenario.duration_s:g} s "
-                  f"(virtual), {scenario.workload.preset}, {'streamed' if scenario.workload.stream else 'whole'}")
+                  f"(virtual), {scenario.workload.described}, {'streamed' if scenario.workload.stream else 'whole'}")
     ranked = sorted(summaries, key=lambda s: s.ttft.p95)
     felt = Table(title="What the users feel", title_justify="left")
     for column in ("option", *FELT_COLUMNS):

@@ -160,7 +160,7 @@ def render(scenario: Scenario, summaries: list[OptionSummary]) -> str:
                     for o, s in zip(scenario.options, summaries, strict=True)],
     }
     users = scenario.users
-    facts = (f"{users.rate_per_s:g} requests a second from {len(users.cities)} cities, {scenario.workload.preset}, "
+    facts = (f"{users.rate_per_s:g} requests a second from {len(users.cities)} cities, {scenario.workload.described}, "
              f"{'streamed' if scenario.workload.stream else 'whole answers'}; {scenario.duration_s:g} s of traffic "
              f"simulated through the simulated region's engine")
     script = lambda text: "<script>" + text.replace("</script", "<\\/script") + "</script>"  # noqa: E731

@@ -89,8 +89,15 @@ class Users(_Strict):
                         bursts)
 
 
+PresetName = Literal["chat", "rag", "agent", "classification"]
+
+
 class Workload(_Strict):
-    preset: Literal["chat", "rag", "agent", "classification"] = "chat"
+    preset: PresetName = "chat"
+    mix: dict[PresetName, float] | None = Field(None, description="kinds of request and their shares of the "
+                                                 "traffic (chat: 0.7, classification: 0.3), instead of one "
+                                                 "preset: each request's lengths and shared prefix are its "
+                                                 "kind's")
     lengths: Path | None = Field(None, description="a CSV of prompt (and answer) lengths to draw requests from, "
                                  "instead of the preset's; relative to the scenario's file")
     stream: bool = True
@@ -110,11 +117,33 @@ class Workload(_Strict):
     def _shares(self) -> Workload:
         if self.repeats + self.paraphrases >= 1:
             raise ValueError("repeats + paraphrases: the shares of requests asked before add up to less than 1")
+        if self.mix is not None:
+            if not self.mix or any(share <= 0 for share in self.mix.values()):
+                raise ValueError("mix: each kind of request with a share above 0")
+            if self.lengths is not None:
+                raise ValueError("mix: and lengths: together: a file of lengths stands for one kind of request")
         return self
 
     @property
+    def kinds(self) -> list[tuple[str, float]]:
+        """Each kind of request and its share of the traffic, the shares adding up to 1."""
+        if self.mix is None:
+            return [(self.preset, 1.0)]
+        total = sum(self.mix.values())
+        return [(kind, share / total) for kind, share in self.mix.items()]
+
+    def shared_prefix_of(self, kind: str) -> int:
+        return PRESETS[kind].shared_prefix if self.shared_prefix_tokens is None else self.shared_prefix_tokens
+
+    @property
     def shared_prefix(self) -> int:
-        return PRESETS[self.preset].shared_prefix if self.shared_prefix_tokens is None else self.shared_prefix_tokens
+        return self.shared_prefix_of(self.preset)
+
+    @property
+    def described(self) -> str:
+        """In words, for the terminal and the report: "chat", or "chat 70 %, classification 30 %"."""
+        kinds = self.kinds
+        return kinds[0][0] if len(kinds) == 1 else ", ".join(f"{kind} {share:.0%}" for kind, share in kinds)
 
     @field_validator("lengths")
     @classmethod

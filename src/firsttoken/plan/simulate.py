@@ -61,17 +61,26 @@ def traffic(scenario: Scenario, routes: list[Route]) -> list[Journey]:
     users = scenario.users
     sent, cities = users.arrivals(scenario.start).draw(scenario.duration_s, rng,
                                                        np.random.default_rng([scenario.seed, 1]))
+    workload = scenario.workload
     reused = rng.random(len(sent)) < users.reuse
-    repeats = rng.random(len(sent)) < scenario.workload.repeats
-    prompts, answers = draw(scenario.workload.preset, len(sent), rng, scenario.workload.lengths)
-    shared = scenario.workload.shared_prefix
+    repeats = rng.random(len(sent)) < workload.repeats
+    kinds = workload.kinds
+    if len(kinds) == 1:
+        prompts, answers = draw(kinds[0][0], len(sent), rng, workload.lengths)
+        kind_of = np.zeros(len(sent), dtype=np.int64)
+    else:  # each request's kind by the mix's shares, then its lengths as its kind's
+        kind_of = np.random.default_rng([scenario.seed, 2]).choice(len(kinds), len(sent), p=[s for _, s in kinds])
+        drawn = [draw(kind, len(sent), rng) for kind, _ in kinds]
+        prompts, answers = (np.choose(kind_of, [d[i] for d in drawn]) for i in (0, 1))
+    shared = [workload.shared_prefix_of(kind) for kind, _ in kinds]
     # drawn after everything else, so that a scenario without paraphrases draws the traffic it always did
-    paraphrased = ~repeats & (rng.random(len(sent)) < scenario.workload.paraphrases)
+    paraphrased = ~repeats & (rng.random(len(sent)) < workload.paraphrases)
     recalled = paraphrased & (rng.random(len(sent)) < SEMANTIC_SERVED)
     return [Journey(int(c), routes[c], int(p), int(a), float(t), 0.0 if warm else routes[c].handshakes_ms / 1000,
-                    bool(again), bool(other_words), bool(found), prefix=min(shared, int(p) - 1))
-            for c, p, a, t, warm, again, other_words, found
-            in zip(cities, prompts, answers, sent, reused, repeats, paraphrased, recalled, strict=True)]
+                    bool(again), bool(other_words), bool(found), kind=kinds[k][0], prefix=min(shared[k], int(p) - 1))
+            for c, p, a, t, warm, again, other_words, found, k
+            in zip(cities, prompts, answers, sent, reused, repeats, paraphrased, recalled, kind_of.tolist(),
+                   strict=True)]
 
 
 def routes_to(scenario: Scenario, option: Option) -> list[Route]:
@@ -271,9 +280,10 @@ def _self_hosted(hosted: SelfHosted, journeys: list[Journey], until: float,
     replicas = [_Replica(env, Engine(deployment), hosted.idle_unload_s, hosted.cold_start_s, fast)
                 for _ in range(hosted.replicas)]
     sequences: list[tuple[Journey, Sequence]] = []
-    # Every request's shared prefix is the same text, so its blocks have the same names everywhere.
-    shared_blocks = [f"shared prefix, block {n}".encode() for n in range(max((j.prefix for j in journeys),
-                                                                              default=0) // BLOCK)]
+    # Every request of a kind shares its prefix's text, so its blocks have the same names everywhere.
+    longest = max((j.prefix for j in journeys), default=0) // BLOCK
+    shared_blocks = {kind: [f"{kind}'s shared prefix, block {n}".encode() for n in range(longest)]
+                     for kind in {j.kind for j in journeys}}
 
     def arrivals() -> Generator[simpy.Event, Any, None]:
         for journey in journeys:
@@ -282,7 +292,8 @@ def _self_hosted(hosted: SelfHosted, journeys: list[Journey], until: float,
                 yield env.timeout(at - env.now)
             sequence = Sequence(journey.prompt, journey.answer, env.now)
             try:
-                min(replicas, key=lambda r: r.load).submit(sequence, shared_blocks[:journey.prefix // BLOCK])
+                blocks = shared_blocks[journey.kind][:journey.prefix // BLOCK]
+                min(replicas, key=lambda r: r.load).submit(sequence, blocks)
             except ValueError:  # larger than the KV cache could ever hold
                 journey.refused = True
                 continue
