@@ -36,6 +36,7 @@ class Journey:
     cached: int = 0  # of its prompt, the tokens whose prefill the replica's prefix cache skipped
     gateway_s: float = 0.0  # the gateway's own time on it before the request that answered left it: the
     # paraphrase lookup, and the wait before a hedge
+    sized: bool = False  # its kind is one the gateway sends to a smaller model: that option answered it
     hedged: bool = False  # its first token was slow, and the gateway sent it to the hedge's option as well
     hedge_won: bool = False  # and the hedge's first token came back first: the answer is the hedge's
 

@@ -291,6 +291,14 @@ class Hedge(_Strict):
     after_ms: float = Field(gt=0, description="how long the gateway waits for a first token before it hedges")
 
 
+class Sizing(_Strict):
+    """Task sizing at the gateway: requests of some kinds go to a smaller model, another option of the
+    scenario (a deployment of its own, or a provider's API), instead of this option."""
+
+    to: str = Field(description="the name of another option of the scenario: it answers them")
+    kinds: list[PresetName] = Field(min_length=1, description="the kinds of request (the workload's) sent there")
+
+
 class Gateway(_Strict):
     """A firsttoken gateway between the users and the option: near them, its connections across the ocean
     kept warm (no handshakes on the long way), its edge cache answering repeated questions."""
@@ -303,6 +311,7 @@ class Gateway(_Strict):
                                 "route says `initcwnd N`): a long prompt across the ocean in fewer round trips")
     usd_per_month: float = Field(0.0, ge=0, description="what running it costs")
     hedge: Hedge | None = None
+    sizing: Sizing | None = None
 
     @model_validator(mode="after")
     def _resolves(self) -> Gateway:
@@ -400,7 +409,21 @@ class Scenario(_Strict):
                 apis = ", ".join(o.name for o in self.options if o.api is not None) or "none"
                 raise ValueError(f"{option.name}: gateway.hedge.to {hedge.to!r} names no api: option of the "
                                  f"scenario (its api: options: {apis})")
+            sizing = option.gateway.sizing if option.gateway is not None else None
+            if sizing is not None:
+                self._check_sizing(option, sizing)
         return self
+
+    def _check_sizing(self, option: Option, sizing: Sizing) -> None:
+        others = [o.name for o in self.options if o.name != option.name]
+        if sizing.to == option.name or sizing.to not in others:
+            raise ValueError(f"{option.name}: gateway.sizing.to {sizing.to!r} names no other option of the "
+                             f"scenario (they are: {', '.join(others) or 'none'})")
+        kinds = [kind for kind, _ in self.workload.kinds]
+        strangers = [kind for kind in sizing.kinds if kind not in kinds]
+        if strangers:
+            raise ValueError(f"{option.name}: gateway.sizing.kinds {', '.join(strangers)}: not in the workload "
+                             f"(its kinds: {', '.join(kinds)})")
 
     def way(self, start: Place, end: Place, last_mile_ms: float) -> Route:
         """The way between two places, as this scenario has it: measured, along the cables, or the great
@@ -409,6 +432,10 @@ class Scenario(_Strict):
 
     def _measured(self) -> dict[frozenset[Place], float]:
         return {frozenset(_place(p) for p in m.between): m.rtt_ms for m in self.measured_rtts}
+
+    def sizing_target(self, sizing: Sizing) -> Option:
+        """The option a gateway sends the requests it sizes down to (the scenario checked that it exists)."""
+        return next(o for o in self.options if o.name == sizing.to)
 
     def hedge_target(self, hedge: Hedge) -> Option | None:
         """The API option a gateway hedges to."""

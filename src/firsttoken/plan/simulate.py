@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Generator, Iterator
+from collections.abc import Collection, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +42,15 @@ SEMANTIC_SERVED = 863 / 999
 
 
 @dataclass
+class Served:
+    """What an option spent on the requests it answered."""
+
+    busy_s: float = 0.0  # of all replicas' time, what they spent running steps (0 for an API)
+    loaded_s: float = 0.0  # of all replicas' time, what they had the model loaded (billed): 0 for an API
+    cold_starts: int = 0
+
+
+@dataclass
 class Run:
     option: Option
     journeys: list[Journey]
@@ -50,6 +59,8 @@ class Run:
     replicas: int
     ended: float  # when the last answer was done: past the traffic's end when a queue had to drain
     cold_starts: int = 0
+    sized_to: Option | None = None  # the option the gateway sized requests down to
+    sized: Served | None = None  # and what it spent on them
 
 
 def traffic(scenario: Scenario, routes: list[Route]) -> list[Journey]:
@@ -114,39 +125,63 @@ def simulate(scenario: Scenario, option: Option, fast: bool = True) -> Run:
 def _simulate(scenario: Scenario, option: Option, fast: bool) -> Run:
     journeys = traffic(scenario, routes_to(scenario, option))
     gateway = option.gateway
+    smaller = None
     if gateway is not None:
         _through_gateway(journeys, gateway, scenario.way(gateway.where, option.where, 0.0))
+        if gateway.sizing is not None:
+            smaller = scenario.sizing_target(gateway.sizing)
+            _size_down(journeys, gateway.sizing.kinds, scenario.way(gateway.where, smaller.where, 0.0))
     _slow_start(journeys, scenario.workload.bytes_per_token, gateway)
-    hosted = option.self_hosted
-    front_end = hosted.front_end if hosted is not None else serving.stack("none")  # an API's is in its TTFT
-    per_request_s, per_token_s = front_end.per_request_ms / 1000, front_end.per_1k_prompt_ms / 1e6
     upstream = []
-    for journey in journeys:  # a million of them in a day's run: the front end's arithmetic inline
+    for journey in journeys:
         journey.arrived = (journey.sent + journey.handshakes_s + journey.one_way_s + journey.slow_start_s
                            + journey.gateway_s)
         if journey.from_cache:  # the edge cache has it, in these words or in others
             journey.admitted = journey.arrived
             journey.first_token = journey.finished = journey.arrived + (0.0 if journey.recalled else CACHE_HIT_S)
-            continue
-        journey.front_end_s = per_request_s + per_token_s * journey.prompt
-        upstream.append(journey)
-    upstream.sort(key=lambda j: j.arrived + j.front_end_s)
-    busy = loaded = 0.0
-    replicas = starts = 0
+        else:
+            upstream.append(journey)
     ended = max(max((j.arrived for j in journeys), default=0.0), scenario.duration_s)
-    if hosted is not None:
-        busy, loaded, starts, ended = _self_hosted(hosted, upstream, ended, fast)
-        replicas = hosted.replicas
-    else:
-        assert option.api is not None
-        provider.answer(option.api, upstream, np.random.default_rng(scenario.seed + 1))
+    own = [j for j in upstream if not j.sized] if smaller is not None else upstream
+    served, ended = _serve(option, own, ended, fast, np.random.default_rng(scenario.seed + 1))
+    sized = None
+    if smaller is not None:
+        sized, ended = _serve(smaller, [j for j in upstream if j.sized], ended, fast,
+                              np.random.default_rng(scenario.seed + 3))
     if gateway is not None and gateway.hedge is not None:
         target = scenario.hedge_target(gateway.hedge)
         assert target is not None  # the scenario checked it names an api: option
-        hedge(upstream, target, gateway.hedge.after_ms / 1000, scenario.way(gateway.where, target.where, 0.0),
+        hedge(own, target, gateway.hedge.after_ms / 1000, scenario.way(gateway.where, target.where, 0.0),
               np.random.default_rng(scenario.seed + 2))
     ended = max(ended, max((j.finished for j in journeys), default=0.0))
-    return Run(option, journeys, busy, loaded, replicas, ended, starts)
+    replicas = option.self_hosted.replicas if option.self_hosted is not None else 0
+    return Run(option, journeys, served.busy_s, served.loaded_s, replicas, ended, served.cold_starts, smaller, sized)
+
+
+def _serve(option: Option, journeys: list[Journey], until: float, fast: bool,
+           rng: np.random.Generator) -> tuple[Served, float]:
+    """The journeys answered by the option (its replicas, or its API), in the order they reach its engine:
+    what it spent, and the end (no earlier than `until`)."""
+    hosted = option.self_hosted
+    front_end = hosted.front_end if hosted is not None else serving.stack("none")  # an API's is in its TTFT
+    per_request_s, per_token_s = front_end.per_request_ms / 1000, front_end.per_1k_prompt_ms / 1e6
+    for journey in journeys:  # a million of them in a day's run: the front end's arithmetic inline
+        journey.front_end_s = per_request_s + per_token_s * journey.prompt
+    journeys.sort(key=lambda j: j.arrived + j.front_end_s)
+    if hosted is None:
+        assert option.api is not None
+        provider.answer(option.api, journeys, rng)
+        return Served(), until
+    busy, loaded, starts, ended = _self_hosted(hosted, journeys, until, fast)
+    return Served(busy, loaded, starts), ended
+
+
+def _size_down(journeys: list[Journey], kinds: Collection[str], way: Route) -> None:
+    """Task sizing: the gateway sends the requests of `kinds` it does not answer itself the `way` to the
+    smaller option."""
+    for journey in journeys:
+        if not journey.from_cache and journey.kind in kinds:
+            journey.sized, journey.far = True, way
 
 
 def _slow_start(journeys: list[Journey], bytes_per_token: float, gateway: Gateway | None) -> None:

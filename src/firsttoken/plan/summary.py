@@ -65,6 +65,7 @@ class OptionSummary:
     # skipped (self-hosted) or the provider billed as cached input (an API)
     hedged_share: float  # of the requests that reached the option, those the gateway hedged
     hedge_won_share: float  # and those the hedge answered first
+    sized_share: float  # of the requests that reached an option, those the gateway sent to a smaller model
     price_source: str | None  # where the GPU-hour or token prices come from; None: the scenario gave them
     kwh_per_million_tokens: float | None  # the GPUs' energy, the facility's PUE included; None for an API
     usd_power_per_month: float | None  # electricity bought apart from the GPU-hour (in usd_per_month too)
@@ -103,13 +104,14 @@ class _Columns:
     upstream: np.ndarray  # reached the option: not answered by the gateway's edge cache
     hedged: np.ndarray  # sent to the hedge's option as well
     hedge_won: np.ndarray  # and answered from there
+    sized: np.ndarray  # sent by the gateway to a smaller model, another option
 
     @staticmethod
     def of(journeys: list[Journey]) -> _Columns:
         rows = np.array([(j.sent, j.arrived, j.admitted, j.first_token, j.finished, j.cold_s, j.handshakes_s,
                           j.slow_start_s, j.gateway_s, j.front_end_s, *_legs(j.near, j.far), j.prompt, j.answer,
-                          j.prefix, j.cached, j.city, not j.from_cache, j.hedged, j.hedge_won)
-                         for j in journeys], dtype=np.float64).reshape(-1, 21)
+                          j.prefix, j.cached, j.city, not j.from_cache, j.hedged, j.hedge_won, j.sized)
+                         for j in journeys], dtype=np.float64).reshape(-1, 22)
         columns = list(rows.T)
         columns[17] = columns[17].astype(np.int64)
         columns[18:] = [column.astype(bool) for column in columns[18:]]
@@ -172,9 +174,11 @@ def summarise(scenario: Scenario, run: Run) -> OptionSummary:
         price_source = hosted.price_source
     else:
         assert api is not None
-        usd = _api_usd(api, columns.prompt[upstream], columns.prefix[upstream], columns.answer[upstream]) * per_month
+        own = upstream & ~columns.sized
+        usd = _api_usd(api, columns.prompt[own], columns.prefix[own], columns.answer[own]) * per_month
         utilisation = None
         price_source = api.price_source
+    usd += _sized_usd_per_month(run, columns, per_month)
     usd += gateway.usd_per_month if gateway is not None else 0.0
     hedge = gateway.hedge if gateway is not None else None
     target = scenario.hedge_target(hedge) if hedge is not None else None
@@ -211,11 +215,26 @@ def summarise(scenario: Scenario, run: Run) -> OptionSummary:
         Spread.of(e2e), float(np.median(tpot)) * 1000 if len(tpot) else float("nan"), phases,
         _mean(columns.finished - columns.first_token), utilisation, usd,
         usd / tokens * 1e6 if tokens else float("nan"), _prefix_share(columns, api),
-        _share(columns.hedged, upstream), _share(columns.hedge_won, upstream), price_source,
+        _share(columns.hedged, upstream), _share(columns.hedge_won, upstream), _share(columns.sized, upstream),
+        price_source,
         kwh / tokens * 1e6 if kwh is not None and tokens else None, power_usd,
         hosted.power.source if hosted is not None and hosted.power is not None else None,
         connections_peak(served) if gateway is not None else None, cities,
         [float(v) for v in np.percentile(ttft, np.arange(101))] if len(ttft) else [])
+
+
+def _sized_usd_per_month(run: Run, columns: _Columns, per_month: float) -> float:
+    """What the smaller model the gateway sized requests down to costs a month: its GPU-hours while loaded
+    (a deployment of its own, there for these requests), or its API's tokens."""
+    smaller, served = run.sized_to, run.sized
+    if smaller is None or served is None:
+        return 0.0
+    if smaller.self_hosted is not None:
+        hosted = smaller.self_hosted
+        return hosted.usd_per_gpu_hour * hosted.tp * served.loaded_s / run.ended * HOURS_PER_MONTH
+    assert smaller.api is not None
+    sized = columns.sized
+    return _api_usd(smaller.api, columns.prompt[sized], columns.prefix[sized], columns.answer[sized]) * per_month
 
 
 def _prefix_share(columns: _Columns, api: ProviderApi | None) -> float:
