@@ -4,9 +4,14 @@ rest never see it."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
+from firsttoken.cli import main
 from firsttoken.plan.scenario import Scenario
 from firsttoken.plan.simulate import simulate
 from firsttoken.plan.summary import HOURS_PER_MONTH, summarise
@@ -93,3 +98,16 @@ def test_a_mix_with_a_file_of_lengths_is_refused(tmp_path) -> None:
     trace.write_text("prompt_tokens,output_tokens\n100,20\n")
     with pytest.raises(ValueError, match="mix: and lengths: together"):
         plan(SMALL_API, lengths=str(trace))
+
+
+def test_the_shipped_sizing_example_runs_and_sizes_half_its_requests_down() -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "lagos-sizing.yaml"
+    answer = CliRunner().invoke(main, ["plan", str(example), "--duration", "120", "--json"])
+    assert answer.exit_code == 0, answer.output
+    options = {o["name"]: o for o in json.loads(answer.output)["options"]}
+    sized = options["70B in us-east-1, gateway in Lagos sizing labels to the 8B"]
+    assert sized["sized_share"] == pytest.approx(0.5, abs=0.1)
+    unsized = options["70B in us-east-1, gateway in Lagos"]
+    assert unsized["sized_share"] == 0
+    assert sized["ttft"]["p50"] < unsized["ttft"]["p50"]  # the labels are answered next door
+    assert sized["usd_per_month"] > unsized["usd_per_month"]  # and the 8B there is paid for
