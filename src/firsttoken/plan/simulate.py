@@ -5,9 +5,11 @@ Self-hosted options run the simulated region's own engine (sim/engine.py: contin
 prefill, the KV cache's bound, roofline step times), the one the live region plays in real time
 (sim/replica.py); here SimPy plays it with no sleeping, each replica a process that runs a step (or, while
 its sequences all decode, a run of them), waits out its duration in virtual time, and sleeps when its
-engine has nothing to run. Requests go to the replica with the fewest in it. Provider APIs answer at their
-published pace (plan/provider.py). A gateway answers what its caches hold, looks up the rest, and hedges
-slow first tokens to an API option (plan/hedging.py).
+engine has nothing to run. Requests go to the replica with the fewest in it, once the serving stack's front
+end is done with them (plan/serving.py). Provider APIs answer at their published pace (plan/provider.py).
+A gateway answers what its caches hold, looks up the rest, sends the kinds it sizes down to a smaller
+model (another option, served beside this one) and hedges slow first tokens to an API option
+(plan/hedging.py). Long prompts wait for TCP's window on each long leg (plan/network.py).
 """
 
 from __future__ import annotations
