@@ -34,6 +34,7 @@ def test_slow_first_tokens_are_hedged_and_the_earlier_answer_wins() -> None:
         if now.hedge_won:  # the API's first token came back sooner than the option's would have
             assert now.first_token + now.one_way_s < was.first_token + was.one_way_s
             assert now.gateway_s == pytest.approx(was.gateway_s + 1.0) and now.cold_s == 0
+            assert now.front_end_s == 0  # the API's answer: no self-hosted stack's front end on it
             assert now.finished - now.first_token == pytest.approx((now.answer - 1) * 0.012)
         else:
             assert (now.first_token, now.finished) == (was.first_token, was.finished)
@@ -42,6 +43,7 @@ def test_slow_first_tokens_are_hedged_and_the_earlier_answer_wins() -> None:
     felt = [summarise(s, simulate(s, s.options[0])) for s in (plain, hedged)]
     assert felt[1].ttft.p99 < felt[0].ttft.p99 / 3  # seconds of loading become an API's first token
     assert felt[1].hedge_won_share == pytest.approx(len(won) / len(after))
+    assert min(felt[1].phases.values()) >= 0  # the answer's phases are the API's: no queue taken back
 
 
 def test_every_hedge_pays_its_prompt_and_a_winner_its_answer() -> None:

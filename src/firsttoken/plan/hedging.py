@@ -38,5 +38,6 @@ def hedge(journeys: list[Journey], target: Option, after: float, far: Route, rng
             journey.hedge_won = True
             journey.gateway_s += after  # the gateway held it that long before the request that answered left
             journey.far, journey.arrived, journey.admitted, journey.cold_s = far, there, there, 0.0
+            journey.front_end_s = 0.0  # an API's own time is in its first token's
             journey.first_token = there + float(ttft)
             journey.finished = journey.first_token + (journey.answer - 1) * api.itl_ms / 1000
