@@ -15,12 +15,31 @@ HOSTED = {"place": "aws:eu-west-1", "gpu": "h100", "model": "llama-3.1-8b", "usd
 API = {"place": "aws:us-east-1", "model": "gpt-4o-mini", "ttft_ms": 450, "itl_ms": 12}
 
 
-def plan(hedge: dict | None) -> Scenario:
+def plan(hedge: dict | None, preset: str = "chat") -> Scenario:
     gateway = {"place": "lagos", **({"hedge": hedge} if hedge else {})}
     return Scenario.model_validate({
         "name": "hedge", "seed": 4, "duration_s": 3600,
         "users": {"rate_per_s": 0.03, "reuse": 1, "cities": [{"place": "lagos", "share": 1}]},
+        "workload": {"preset": preset},
         "options": [{"name": "zero", "self_hosted": HOSTED, "gateway": gateway}, {"name": "api", "api": API}]})
+
+
+def test_a_long_prompt_pays_slow_start_on_the_way_its_answer_took() -> None:
+    plain, hedged = plan(None, "rag"), plan({"to": "api", "after_ms": 1000}, "rag")
+    before = simulate(plain, plain.options[0]).journeys
+    after = simulate(hedged, hedged.options[0]).journeys
+    api_way = hedged.way(hedged.options[0].gateway.where, hedged.options[1].where, 0.0)
+    won = [(was, now) for was, now in zip(before, after, strict=True) if now.hedge_won]
+    assert any(now.far_rounds for _, now in won)  # RAG prompts: some outgrow the first window
+    for was, now in won:
+        sent_on = was.arrived - was.far.rtt_ms / 2000 - was.far_rounds * was.far.rtt_ms / 1000  # from the gateway
+        waits = now.far_rounds * api_way.rtt_ms / 1000
+        assert now.arrived == pytest.approx(sent_on + 1.0 + api_way.rtt_ms / 2000 + waits)
+        assert now.slow_start_s == pytest.approx(now.far_rounds * api_way.rtt_ms / 1000
+                                                 + was.slow_start_s - was.far_rounds * was.far.rtt_ms / 1000)
+    summary = summarise(hedged, simulate(hedged, hedged.options[0]))
+    felt = [j.first_token + j.one_way_s - j.sent for j in after]
+    assert sum(summary.phases.values()) == pytest.approx(float(np.mean(felt)))  # the phases add up to it
 
 
 def test_slow_first_tokens_are_hedged_and_the_earlier_answer_wins() -> None:

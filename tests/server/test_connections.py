@@ -70,7 +70,7 @@ def test_keep_warm_leaves_the_connections_traffic_keeps_busy_alone(own_upstream,
             for future in futures:
                 future.result()
         probes = own_upstream.stats.requests - own_upstream.stats.chats - before
-        assert probes <= 8, "traffic used every warm connection within the refresh: none needed a probe"
+        assert probes <= 8, "traffic kept the warm connections fresh: no round probed them all again"
         assert len(own_upstream.stats.connections) <= 10, "no probe took a connection a request then had to open"
 
 

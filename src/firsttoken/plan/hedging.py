@@ -29,14 +29,17 @@ def hedge(journeys: list[Journey], target: Option, after: float, far: Route, rng
     for journey, ttft in zip(journeys, ttfts, strict=True):
         assert journey.far is not None
         half = journey.far.rtt_ms / 2000
-        left, back = journey.arrived - half, journey.first_token + half  # at the gateway: out, first token in
+        waited = journey.far_rounds * journey.far.rtt_ms / 1000  # the long way's slow start
+        left, back = journey.arrived - half - waited, journey.first_token + half  # at the gateway: out, and in
         if back - left <= after:
             continue
         journey.hedged = True
-        there = left + after + far.rtt_ms / 2000
+        hedge_waits = journey.far_rounds * far.rtt_ms / 1000  # the same prompt's slow start on the hedge's way
+        there = left + after + far.rtt_ms / 2000 + hedge_waits
         if there + float(ttft) + far.rtt_ms / 2000 < back:  # the hedge's first token is back first
             journey.hedge_won = True
             journey.gateway_s += after  # the gateway held it that long before the request that answered left
+            journey.slow_start_s += hedge_waits - waited
             journey.far, journey.arrived, journey.admitted, journey.cold_s = far, there, there, 0.0
             journey.front_end_s = 0.0  # an API's own time is in its first token's
             journey.first_token = there + float(ttft)

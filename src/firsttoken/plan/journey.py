@@ -23,6 +23,7 @@ class Journey:
     recalled: bool = False  # a paraphrase that a gateway's semantic cache would find (SEMANTIC_SERVED of them)
     far: Route | None = None  # from the gateway to the option (its connections warm): None when answered at the gateway
     slow_start_s: float = 0.0  # the round trips its request waited for TCP's window to open, on every leg
+    far_rounds: int = 0  # of those, the round trips on the gateway's long way
     arrived: float = 0.0  # where it is answered (the option, or the gateway's cache)
     front_end_s: float = 0.0  # the self-hosted stack's own time on it before its engine has it
     admitted: float = 0.0  # a replica started on it (its queue ends)

@@ -7,10 +7,13 @@ trip), TCP's handshake (one round trip) and TLS 1.3's (one more) before the requ
 leaves. A connection already open pays none of them.
 
 A request larger than TCP's initial congestion window also waits for acknowledgements: the sender may
-have only that window in flight, and doubles it each round trip (slow start). A connection left idle
-starts over from the initial window (Linux's default, tcp_slow_start_after_idle), so a long prompt pays
-round trips of its own on every long way, warm connection or not (found on the live region: a 9 000-token
-prompt across 180 ms came a round trip late, docs/architecture.md "`firsttoken plan`").
+have only that window in flight, and doubles it each round trip (slow start). A new connection starts
+from the initial window, and so does one left idle longer than a retransmission timeout on a host that
+restarts idle windows (Linux's defaults: CUBIC, tcp_slow_start_after_idle), so the plan counts a long
+prompt's round trips on every long way (found on the live region: a 9 000-token prompt across 180 ms came
+a round trip late, docs/architecture.md "`firsttoken plan`"). A connection kept busy, or one on a host
+whose congestion control keeps its window through idle spells (BBR), pays less: there the plan is an
+upper bound (bench/slow_start.py measures both).
 """
 
 from __future__ import annotations

@@ -50,6 +50,7 @@ class Served:
     busy_s: float = 0.0  # of all replicas' time, what they spent running steps (0 for an API)
     loaded_s: float = 0.0  # of all replicas' time, what they had the model loaded (billed): 0 for an API
     cold_starts: int = 0
+    until: float = 0.0  # when its replicas were last counted: its share of time loaded is loaded_s / until
 
 
 @dataclass
@@ -63,6 +64,8 @@ class Run:
     cold_starts: int = 0
     sized_to: Option | None = None  # the option the gateway sized requests down to
     sized: Served | None = None  # and what it spent on them
+    until: float = 0.0  # when the option's own replicas were last counted (≤ ended: the sized ones may drain
+    # later); its share of time loaded is loaded_s / until
 
 
 def traffic(scenario: Scenario, routes: list[Route]) -> list[Journey]:
@@ -157,7 +160,8 @@ def _simulate(scenario: Scenario, option: Option, fast: bool) -> Run:
               np.random.default_rng(scenario.seed + 2))
     ended = max(ended, max((j.finished for j in journeys), default=0.0))
     replicas = option.self_hosted.replicas if option.self_hosted is not None else 0
-    return Run(option, journeys, served.busy_s, served.loaded_s, replicas, ended, served.cold_starts, smaller, sized)
+    return Run(option, journeys, served.busy_s, served.loaded_s, replicas, ended, served.cold_starts, smaller, sized,
+               served.until or ended)
 
 
 def _serve(option: Option, journeys: list[Journey], until: float, fast: bool,
@@ -173,9 +177,9 @@ def _serve(option: Option, journeys: list[Journey], until: float, fast: bool,
     if hosted is None:
         assert option.api is not None
         provider.answer(option.api, journeys, rng)
-        return Served(), until
+        return Served(until=until), until
     busy, loaded, starts, ended = _self_hosted(hosted, journeys, until, fast)
-    return Served(busy, loaded, starts), ended
+    return Served(busy, loaded, starts, ended), ended
 
 
 def _size_down(journeys: list[Journey], kinds: Collection[str], way: Route) -> None:
@@ -196,7 +200,8 @@ def _slow_start(journeys: list[Journey], bytes_per_token: float, gateway: Gatewa
     far = slow_start_round_trips(sizes, gateway.initial_window) if gateway is not None else near
     for index in np.flatnonzero(near + far).tolist():  # most prompts fit the first window: left at 0
         journey = journeys[index]
-        waited = near[index] * journey.near.rtt_ms + (far[index] * journey.far.rtt_ms if journey.far else 0.0)
+        journey.far_rounds = int(far[index]) if journey.far is not None else 0
+        waited = near[index] * journey.near.rtt_ms + (journey.far_rounds * journey.far.rtt_ms if journey.far else 0.0)
         journey.slow_start_s = float(waited) / 1000
 
 

@@ -11,7 +11,7 @@ import numpy as np
 from firsttoken.plan.energy import gpu_kwh
 from firsttoken.plan.journey import Journey
 from firsttoken.plan.network import Route
-from firsttoken.plan.scenario import DEFAULT_PUE, ProviderApi, Scenario
+from firsttoken.plan.scenario import DEFAULT_PUE, ProviderApi, Scenario, SelfHosted
 from firsttoken.plan.simulate import Run
 
 HOURS_PER_MONTH = 730.0  # 365 × 24 / 12
@@ -162,15 +162,8 @@ def summarise(scenario: Scenario, run: Run) -> OptionSummary:
     hosted, api, gateway = run.option.self_hosted, run.option.api, run.option.gateway
     kwh = power_usd = None
     if hosted is not None:  # billed while loaded: always, unless it scales to zero
-        usd = hosted.usd_per_gpu_hour * hosted.tp * run.loaded_s / run.ended * HOURS_PER_MONTH
-        utilisation: float | None = run.busy_s / (run.ended * run.replicas)
-        power_w = hosted.deployment.gpu.power_w
-        if power_w is not None:
-            pue = hosted.power.pue if hosted.power is not None else DEFAULT_PUE
-            kwh = gpu_kwh(power_w, hosted.tp, run.busy_s, run.loaded_s, pue) * per_month
-        if hosted.power is not None and kwh is not None:
-            power_usd = kwh * hosted.power.usd_per_kwh
-            usd += power_usd
+        usd, kwh, power_usd = _hosted_per_month(hosted, run.busy_s, run.loaded_s, run.until, per_month)
+        utilisation: float | None = run.busy_s / (run.until * run.replicas)
         price_source = hosted.price_source
     else:
         assert api is not None
@@ -178,7 +171,18 @@ def summarise(scenario: Scenario, run: Run) -> OptionSummary:
         usd = _api_usd(api, columns.prompt[own], columns.prefix[own], columns.answer[own]) * per_month
         utilisation = None
         price_source = api.price_source
-    usd += _sized_usd_per_month(run, columns, per_month)
+    smaller, sized = run.sized_to, run.sized
+    if smaller is not None and sized is not None:  # the smaller model's deployment, or its API's tokens
+        if smaller.self_hosted is not None:
+            more_usd, more_kwh, more_power = _hosted_per_month(smaller.self_hosted, sized.busy_s, sized.loaded_s,
+                                                               sized.until, per_month)
+            usd += more_usd
+            kwh = kwh + more_kwh if kwh is not None and more_kwh is not None else kwh
+            power_usd = (power_usd or 0.0) + more_power if more_power is not None else power_usd
+        else:
+            assert smaller.api is not None
+            usd += _api_usd(smaller.api, columns.prompt[columns.sized], columns.prefix[columns.sized],
+                            columns.answer[columns.sized]) * per_month
     usd += gateway.usd_per_month if gateway is not None else 0.0
     hedge = gateway.hedge if gateway is not None else None
     target = scenario.hedge_target(hedge) if hedge is not None else None
@@ -223,18 +227,20 @@ def summarise(scenario: Scenario, run: Run) -> OptionSummary:
         [float(v) for v in np.percentile(ttft, np.arange(101))] if len(ttft) else [])
 
 
-def _sized_usd_per_month(run: Run, columns: _Columns, per_month: float) -> float:
-    """What the smaller model the gateway sized requests down to costs a month: its GPU-hours while loaded
-    (a deployment of its own, there for these requests), or its API's tokens."""
-    smaller, served = run.sized_to, run.sized
-    if smaller is None or served is None:
-        return 0.0
-    if smaller.self_hosted is not None:
-        hosted = smaller.self_hosted
-        return hosted.usd_per_gpu_hour * hosted.tp * served.loaded_s / run.ended * HOURS_PER_MONTH
-    assert smaller.api is not None
-    sized = columns.sized
-    return _api_usd(smaller.api, columns.prompt[sized], columns.prefix[sized], columns.answer[sized]) * per_month
+def _hosted_per_month(hosted: SelfHosted, busy_s: float, loaded_s: float, until: float,
+                      per_month: float) -> tuple[float, float | None, float | None]:
+    """A deployment's month: what it costs (its GPU-hours while loaded, and electricity where it is bought
+    apart), its GPUs' energy in kWh (None where the catalogue has no board power) and that electricity."""
+    usd = hosted.usd_per_gpu_hour * hosted.tp * loaded_s / until * HOURS_PER_MONTH
+    power_w = hosted.deployment.gpu.power_w
+    if power_w is None:
+        return usd, None, None
+    pue = hosted.power.pue if hosted.power is not None else DEFAULT_PUE
+    kwh = gpu_kwh(power_w, hosted.tp, busy_s, loaded_s, pue) * per_month
+    if hosted.power is None:
+        return usd, kwh, None
+    power_usd = kwh * hosted.power.usd_per_kwh
+    return usd + power_usd, kwh, power_usd
 
 
 def _prefix_share(columns: _Columns, api: ProviderApi | None) -> float:
@@ -246,10 +252,11 @@ def _prefix_share(columns: _Columns, api: ProviderApi | None) -> float:
 
 
 def connections_peak(journeys: list[Journey]) -> int:
-    """The most requests in flight at once between a gateway and its option: each holds a connection from
-    the moment the gateway sends it until its last token is back there."""
+    """The most requests in flight at once between a gateway and its option (not those it sized down or
+    whose hedge answered: other upstreams, other pools): each holds a connection from the moment the
+    gateway sends it until its last token is back there."""
     spans = np.array([(j.arrived - j.far.rtt_ms / 2000, j.finished + j.far.rtt_ms / 2000)
-                      for j in journeys if j.far is not None]).reshape(-1, 2)
+                      for j in journeys if j.far is not None and not j.sized and not j.hedge_won]).reshape(-1, 2)
     times = np.concatenate([spans[:, 0], spans[:, 1]])
     steps = np.concatenate([np.ones(len(spans)), -np.ones(len(spans))])
     order = np.lexsort((steps, times))  # at the same moment a connection is given back before it is taken again

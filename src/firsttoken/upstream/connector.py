@@ -116,8 +116,9 @@ class TimedConnector(aiohttp.TCPConnector):
             _queued.set(_queued.get() + perf_counter() - started)
 
     def idle_for(self) -> list[float]:
-        """Seconds each idle connection has waited since it was last given back. aiohttp keeps them in that
-        order and hands out the longest idle first, so traffic takes its turn on every one of them."""
+        """Seconds each idle connection has waited since it was last given back. aiohttp (3.11 on: its pull
+        request 9672) keeps them in that order and hands out the longest idle first, so traffic takes its
+        turn on every one of them (tests/server/test_connections.py fails if a release reverses it)."""
         now = monotonic()
         return [now - released for idle in self._conns.values() for _, released in idle]
 

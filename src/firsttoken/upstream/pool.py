@@ -166,12 +166,13 @@ class WarmPool:
 
 
 def probes_needed(warm: int, in_use: int, idle_for: list[float], stale_after_s: float) -> int:
-    """How many probes a refresh round sends: one for each warm connection not open at all, and one for
-    each idle connection that traffic has not used for `stale_after_s` (the longest idle are taken first,
-    so the probes reach exactly those). Connections in use are fresh; so are the recently given back."""
-    missing = max(warm - in_use - len(idle_for), 0)
-    stale = sum(1 for seconds in idle_for if seconds >= stale_after_s)
-    return missing + min(stale, warm)
+    """How many probes a refresh round sends at once. Fewer than `warm` open: one for every idle connection
+    and one for each missing, since a probe takes an idle connection before it opens one. Otherwise one for
+    each idle connection traffic has not used for `stale_after_s` (the longest idle are taken first, so
+    the probes reach exactly those): connections in use are fresh, so are the recently given back."""
+    if in_use + len(idle_for) < warm:
+        return warm - in_use
+    return min(sum(1 for seconds in idle_for if seconds >= stale_after_s), warm)
 
 
 _KEEPALIVE_TIMEOUT = re.compile(r"timeout=(\d+(?:\.\d+)?)")
