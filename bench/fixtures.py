@@ -7,6 +7,8 @@ import json
 import socket
 import time
 
+from firsttoken.journey.server_timing import parse_server_timing
+
 COMPLETION = json.dumps({
     "id": "chatcmpl-bench", "object": "chat.completion", "created": 1700000000, "model": "bench",
     "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello from the static upstream."},
@@ -112,3 +114,9 @@ def wait_for(url: str, seconds: float = 60.0) -> None:
         except Exception:
             time.sleep(0.1)
     raise RuntimeError(f"{url} did not come up")
+
+
+def engine_ms(server_timing: str | None) -> float:
+    """A simulated region's own queue, cold start and prefill, from its Server-Timing."""
+    phases = parse_server_timing(server_timing)
+    return sum(phases.get(name, 0.0) for name in ("queue", "cold", "prefill"))

@@ -28,16 +28,10 @@ from pathlib import Path
 import httpx
 import numpy as np
 import yaml
-from fixtures import free_port, wait_for
+from fixtures import engine_ms, free_port, wait_for
 
 LENGTHS = (100, 500, 1000, 2000, 4000, 8000)  # prompt tokens
 ANSWER = 4
-
-
-def _engine_ms(server_timing: str) -> float:
-    """queue + cold + prefill from the region's Server-Timing."""
-    parts = dict(item.strip().split(";dur=") for item in server_timing.split(",") if ";dur=" in item)
-    return sum(float(parts.get(name, 0.0)) for name in ("queue", "cold", "prefill"))
 
 
 def _one(client: httpx.Client, base: str, n: int, prompt: int) -> tuple[float, float]:
@@ -49,7 +43,7 @@ def _one(client: httpx.Client, base: str, n: int, prompt: int) -> tuple[float, f
     first = None
     with client.stream("POST", base + "/v1/chat/completions", json=body) as response:
         response.raise_for_status()
-        engine = _engine_ms(response.headers.get("server-timing", ""))
+        engine = engine_ms(response.headers.get("server-timing"))
         for line in response.iter_lines():
             if first is None and '"content":"' in line and '"content":""' not in line:
                 first = time.perf_counter()

@@ -23,6 +23,7 @@ import textwrap
 from pathlib import Path
 
 import yaml
+from fixtures import engine_ms
 
 from firsttoken.lab.delayline import DelayLine
 from firsttoken.plan.network import REQUEST_OVERHEAD_BYTES, slow_start_round_trips
@@ -52,12 +53,6 @@ CLIENT = textwrap.dedent("""
                 sent.append({"prompt": prompt, "kept": n > 0, "ttft": (first - began) * 1000})
     print(json.dumps(sent))
 """)
-
-
-def _engine_ms(server_timing: str) -> float:
-    """The region's queue, cold start and prefill from its Server-Timing, as the gateway's journey kept it."""
-    parts = dict(item.strip().split(";dur=") for item in server_timing.split(",") if ";dur=" in item)
-    return sum(float(parts.get(name, 0.0)) for name in ("queue", "cold", "prefill"))
 
 
 def measure(line: DelayLine, work: Path, window: int | None, repeats: int) -> dict[int, tuple[float, float]]:
@@ -93,7 +88,7 @@ def measure(line: DelayLine, work: Path, window: int | None, repeats: int) -> di
     for request, timing in zip(sent, timings, strict=True):
         if request["kept"]:
             by_prompt.setdefault(request["prompt"], []).append(
-                (request["ttft"], request["ttft"] - _engine_ms(timing or "")))
+                (request["ttft"], request["ttft"] - engine_ms(timing)))
     return {prompt: (statistics.median(t for t, _ in rows), statistics.median(o for _, o in rows))
             for prompt, rows in by_prompt.items()}
 
