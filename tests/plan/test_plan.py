@@ -184,7 +184,7 @@ def test_scaled_to_zero_a_model_loads_back_after_an_idle_spell_and_is_billed_whi
     assert 9 < load_s < 10  # 16 GB at 3.65 GB/s, and the engine's start
     cold = [j for j in run.journeys if j.cold_s > 0]
     woke = [j for j in cold if j.cold_s == pytest.approx(load_s)]  # arrived to an unloaded model
-    assert run.cold_starts == len(woke) > 5
+    assert run.served.cold_starts == len(woke) > 5
     for journey in cold:  # the others arrived while it loaded, and waited for the rest of the load
         assert journey.admitted - journey.arrived - journey.front_end_s == pytest.approx(journey.cold_s)
         assert journey.cold_s <= load_s + 1e-9
@@ -194,7 +194,7 @@ def test_scaled_to_zero_a_model_loads_back_after_an_idle_spell_and_is_billed_whi
     always_on = summarise(scenario(rate=0.01, duration=3000), simulate(scenario(rate=0.01, duration=3000),
                                                                         scenario(rate=0.01, duration=3000).options[0]))
     assert summary.usd_per_month < always_on.usd_per_month * 0.8
-    assert summary.usd_per_month == pytest.approx(4.0 * 730 * run.loaded_s / run.ended)
+    assert summary.usd_per_month == pytest.approx(4.0 * 730 * run.served.loaded_s / run.served.until)
 
 
 def test_options_run_in_processes_of_their_own_give_the_same_plan() -> None:
@@ -212,7 +212,7 @@ def test_skipping_ahead_through_pure_decode_gives_the_same_journeys_as_stepping(
     for a, b in zip(fast.journeys, slow.journeys, strict=True):
         assert (a.admitted, a.first_token, a.finished, a.cold_s) == pytest.approx(
             (b.admitted, b.first_token, b.finished, b.cold_s), abs=1e-9)
-    assert fast.busy_s == pytest.approx(slow.busy_s, rel=1e-9)
+    assert fast.served.busy_s == pytest.approx(slow.served.busy_s, rel=1e-9)
 
 
 SEARCH = Path(__file__).resolve().parents[2] / "examples" / "lagos-search.yaml"

@@ -82,5 +82,5 @@ def test_a_short_prefix_is_not_cached_by_a_provider() -> None:
     scenario = Scenario.model_validate({
         "name": "labels", "duration_s": 120, "users": {"rate_per_s": 1, "cities": [{"place": "lagos", "share": 1}]},
         "workload": {"preset": "classification"}, "options": [{"name": "api", "api": API}]})
-    assert scenario.workload.shared_prefix == 160 < PROVIDER_CACHE_MIN_TOKENS
+    assert scenario.workload.shared_prefix_of("classification") == 160 < PROVIDER_CACHE_MIN_TOKENS
     assert summarise(scenario, simulate(scenario, scenario.options[0])).prefix_cached_share == 0

@@ -62,7 +62,7 @@ def test_the_gateway_sends_the_sized_kinds_and_only_those_to_the_smaller_api_and
     summary = summarise(scenario, run)
     assert summary.sized_share == pytest.approx(len(sized) / len(upstream))
     tokens = sum(j.prompt * 0.1 + j.answer * 0.4 for j in sized) / 1e6
-    gpus = 5.0 * 2 * run.loaded_s / run.until * HOURS_PER_MONTH
+    gpus = 5.0 * 2 * run.served.loaded_s / run.served.until * HOURS_PER_MONTH
     assert summary.usd_per_month == pytest.approx(gpus + tokens * HOURS_PER_MONTH * 3600 / 600)
 
 
@@ -77,7 +77,7 @@ def test_a_smaller_deployment_answers_on_its_own_engine_and_its_gpu_hours_are_bi
     alone = summarise(scenario, simulate(scenario, scenario.options[1]))
     summary = summarise(scenario, run)
     small_month = 7.0 * run.sized.loaded_s / run.sized.until * HOURS_PER_MONTH
-    big_month = 5.0 * 2 * run.loaded_s / run.until * HOURS_PER_MONTH
+    big_month = 5.0 * 2 * run.served.loaded_s / run.served.until * HOURS_PER_MONTH
     assert summary.usd_per_month == pytest.approx(big_month + small_month)
     # the big deployment, spared the classification, is busy less of the time; both deployments' GPUs
     # draw energy, so the tokens cost more of it than the big one's alone

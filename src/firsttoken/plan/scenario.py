@@ -136,10 +136,6 @@ class Workload(_Strict):
         return PRESETS[kind].shared_prefix if self.shared_prefix_tokens is None else self.shared_prefix_tokens
 
     @property
-    def shared_prefix(self) -> int:
-        return self.shared_prefix_of(self.preset)
-
-    @property
     def described(self) -> str:
         """In words, for the terminal and the report: "chat", or "chat 70 %, classification 30 %"."""
         kinds = self.kinds

@@ -47,25 +47,21 @@ SEMANTIC_SERVED = 863 / 999
 class Served:
     """What an option spent on the requests it answered."""
 
+    until: float  # when its replicas were last counted: its share of time loaded is loaded_s / until
     busy_s: float = 0.0  # of all replicas' time, what they spent running steps (0 for an API)
     loaded_s: float = 0.0  # of all replicas' time, what they had the model loaded (billed): 0 for an API
     cold_starts: int = 0
-    until: float = 0.0  # when its replicas were last counted: its share of time loaded is loaded_s / until
 
 
 @dataclass
 class Run:
     option: Option
     journeys: list[Journey]
-    busy_s: float  # of all replicas' time, what they spent running steps (0 for an API)
-    loaded_s: float  # of all replicas' time, what they had the model loaded (billed): 0 for an API
+    served: Served  # what the option spent (its `until` ≤ ended: the sized-down requests may drain later)
     replicas: int
     ended: float  # when the last answer was done: past the traffic's end when a queue had to drain
-    cold_starts: int = 0
     sized_to: Option | None = None  # the option the gateway sized requests down to
     sized: Served | None = None  # and what it spent on them
-    until: float = 0.0  # when the option's own replicas were last counted (≤ ended: the sized ones may drain
-    # later); its share of time loaded is loaded_s / until
 
 
 def traffic(scenario: Scenario, routes: list[Route]) -> list[Journey]:
@@ -148,38 +144,35 @@ def _simulate(scenario: Scenario, option: Option, fast: bool) -> Run:
             upstream.append(journey)
     ended = max(max((j.arrived for j in journeys), default=0.0), scenario.duration_s)
     own = [j for j in upstream if not j.sized] if smaller is not None else upstream
-    served, ended = _serve(option, own, ended, fast, np.random.default_rng(scenario.seed + 1))
+    served = _serve(option, own, ended, fast, np.random.default_rng(scenario.seed + 1))
     sized = None
     if smaller is not None:
-        sized, ended = _serve(smaller, [j for j in upstream if j.sized], ended, fast,
-                              np.random.default_rng(scenario.seed + 3))
+        sized = _serve(smaller, [j for j in upstream if j.sized], served.until, fast,
+                       np.random.default_rng(scenario.seed + 3))
     if gateway is not None and gateway.hedge is not None:
         target = scenario.hedge_target(gateway.hedge)
         assert target is not None  # the scenario checked it names an api: option
         hedge(own, target, gateway.hedge.after_ms / 1000, scenario.way(gateway.where, target.where, 0.0),
               np.random.default_rng(scenario.seed + 2))
-    ended = max(ended, max((j.finished for j in journeys), default=0.0))
+    ended = max(served.until, sized.until if sized is not None else 0.0,
+                max((j.finished for j in journeys), default=0.0))
     replicas = option.self_hosted.replicas if option.self_hosted is not None else 0
-    return Run(option, journeys, served.busy_s, served.loaded_s, replicas, ended, served.cold_starts, smaller, sized,
-               served.until or ended)
+    return Run(option, journeys, served, replicas, ended, smaller, sized)
 
 
-def _serve(option: Option, journeys: list[Journey], until: float, fast: bool,
-           rng: np.random.Generator) -> tuple[Served, float]:
+def _serve(option: Option, journeys: list[Journey], until: float, fast: bool, rng: np.random.Generator) -> Served:
     """The journeys answered by the option (its replicas, or its API), in the order they reach its engine:
-    what it spent, and the end (no earlier than `until`)."""
+    what it spent, until no earlier than `until`."""
     hosted = option.self_hosted
     front_end = hosted.front_end if hosted is not None else serving.stack("none")  # an API's is in its TTFT
-    per_request_s, per_token_s = front_end.per_request_ms / 1000, front_end.per_1k_prompt_ms / 1e6
-    for journey in journeys:  # a million of them in a day's run: the front end's arithmetic inline
-        journey.front_end_s = per_request_s + per_token_s * journey.prompt
+    for journey in journeys:
+        journey.front_end_s = front_end.seconds(journey.prompt)
     journeys.sort(key=lambda j: j.arrived + j.front_end_s)
     if hosted is None:
         assert option.api is not None
         provider.answer(option.api, journeys, rng)
-        return Served(until=until), until
-    busy, loaded, starts, ended = _self_hosted(hosted, journeys, until, fast)
-    return Served(busy, loaded, starts, ended), ended
+        return Served(until)
+    return _self_hosted(hosted, journeys, until, fast)
 
 
 def _size_down(journeys: list[Journey], kinds: Collection[str], way: Route) -> None:
@@ -312,10 +305,9 @@ class _Replica:
 RUN_STEPS_MOST = 128  # a decode run's length at most: a run cut short early wastes the steps it worked out
 
 
-def _self_hosted(hosted: SelfHosted, journeys: list[Journey], until: float,
-                 fast: bool = True) -> tuple[float, float, int, float]:
-    """Runs the journeys through the option's replicas: (busy seconds, loaded seconds, cold starts, the end),
-    the end no earlier than `until`, nor than the last replica unloading. `fast`: decode runs between
+def _self_hosted(hosted: SelfHosted, journeys: list[Journey], until: float, fast: bool = True) -> Served:
+    """Runs the journeys through the option's replicas: what they spent, until no earlier than `until`, nor
+    than the last replica unloading. `fast`: decode runs between
     requests (the same result, tested, in a fraction of the steps)."""
     env = simpy.Environment()
     deployment = hosted.deployment
@@ -352,4 +344,5 @@ def _self_hosted(hosted: SelfHosted, journeys: list[Journey], until: float,
     end = max(env.now, until)
     for replica in replicas:
         replica.close(end)
-    return sum(r.busy_s for r in replicas), sum(r.loaded_s for r in replicas), sum(r.loads for r in replicas), end
+    return Served(end, sum(r.busy_s for r in replicas), sum(r.loaded_s for r in replicas),
+                  sum(r.loads for r in replicas))

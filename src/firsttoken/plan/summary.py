@@ -12,7 +12,7 @@ from firsttoken.plan.energy import gpu_kwh
 from firsttoken.plan.journey import Journey
 from firsttoken.plan.network import Route
 from firsttoken.plan.scenario import DEFAULT_PUE, ProviderApi, Scenario, SelfHosted
-from firsttoken.plan.simulate import Run
+from firsttoken.plan.simulate import Run, Served
 
 HOURS_PER_MONTH = 730.0  # 365 × 24 / 12
 # The parts of a time to first token, in the order a request meets them. One round trip's worth of network
@@ -162,8 +162,8 @@ def summarise(scenario: Scenario, run: Run) -> OptionSummary:
     hosted, api, gateway = run.option.self_hosted, run.option.api, run.option.gateway
     kwh = power_usd = None
     if hosted is not None:  # billed while loaded: always, unless it scales to zero
-        usd, kwh, power_usd = _hosted_per_month(hosted, run.busy_s, run.loaded_s, run.until, per_month)
-        utilisation: float | None = run.busy_s / (run.until * run.replicas)
+        usd, kwh, power_usd = _hosted_per_month(hosted, run.served, per_month)
+        utilisation: float | None = run.served.busy_s / (run.served.until * run.replicas)
         price_source = hosted.price_source
     else:
         assert api is not None
@@ -174,8 +174,7 @@ def summarise(scenario: Scenario, run: Run) -> OptionSummary:
     smaller, sized = run.sized_to, run.sized
     if smaller is not None and sized is not None:  # the smaller model's deployment, or its API's tokens
         if smaller.self_hosted is not None:
-            more_usd, more_kwh, more_power = _hosted_per_month(smaller.self_hosted, sized.busy_s, sized.loaded_s,
-                                                               sized.until, per_month)
+            more_usd, more_kwh, more_power = _hosted_per_month(smaller.self_hosted, sized, per_month)
             usd += more_usd
             kwh = kwh + more_kwh if kwh is not None and more_kwh is not None else kwh
             power_usd = (power_usd or 0.0) + more_power if more_power is not None else power_usd
@@ -215,7 +214,7 @@ def summarise(scenario: Scenario, run: Run) -> OptionSummary:
                                   Spread.of(ttft[mine]), Spread.of(e2e[mine])))
     return OptionSummary(
         run.option.name, run.option.where.code or run.option.where.name, len(served),
-        len(run.journeys) - len(served), len(served) - int(upstream.sum()), run.cold_starts, Spread.of(ttft),
+        len(run.journeys) - len(served), len(served) - int(upstream.sum()), run.served.cold_starts, Spread.of(ttft),
         Spread.of(e2e), float(np.median(tpot)) * 1000 if len(tpot) else float("nan"), phases,
         _mean(columns.finished - columns.first_token), utilisation, usd,
         usd / tokens * 1e6 if tokens else float("nan"), _prefix_share(columns, api),
@@ -227,16 +226,16 @@ def summarise(scenario: Scenario, run: Run) -> OptionSummary:
         [float(v) for v in np.percentile(ttft, np.arange(101))] if len(ttft) else [])
 
 
-def _hosted_per_month(hosted: SelfHosted, busy_s: float, loaded_s: float, until: float,
+def _hosted_per_month(hosted: SelfHosted, served: Served,
                       per_month: float) -> tuple[float, float | None, float | None]:
     """A deployment's month: what it costs (its GPU-hours while loaded, and electricity where it is bought
     apart), its GPUs' energy in kWh (None where the catalogue has no board power) and that electricity."""
-    usd = hosted.usd_per_gpu_hour * hosted.tp * loaded_s / until * HOURS_PER_MONTH
+    usd = hosted.usd_per_gpu_hour * hosted.tp * served.loaded_s / served.until * HOURS_PER_MONTH
     power_w = hosted.deployment.gpu.power_w
     if power_w is None:
         return usd, None, None
     pue = hosted.power.pue if hosted.power is not None else DEFAULT_PUE
-    kwh = gpu_kwh(power_w, hosted.tp, busy_s, loaded_s, pue) * per_month
+    kwh = gpu_kwh(power_w, hosted.tp, served.busy_s, served.loaded_s, pue) * per_month
     if hosted.power is None:
         return usd, kwh, None
     power_usd = kwh * hosted.power.usd_per_kwh
