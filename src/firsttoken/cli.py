@@ -14,6 +14,7 @@ from firsttoken import config as config_module
 from firsttoken.cache.command import cache
 from firsttoken.config import ConfigError
 from firsttoken.plan.command import plan
+from firsttoken.spend.command import spend
 
 err = Console(stderr=True, highlight=False)
 
@@ -26,6 +27,7 @@ def main() -> None:
 
 main.add_command(cache)
 main.add_command(plan)
+main.add_command(spend)
 
 
 @main.command()
@@ -70,7 +72,7 @@ def serve(config_path: str | None, host: str | None, port: int | None, workers: 
         err.print(f"firsttoken: {exc}", markup=False, soft_wrap=True)
         sys.exit(2)
     banner(settings, workers, err)
-    last_serve.note(settings.journeys.log)
+    last_serve.note(settings.journeys.log, settings.spend.log)
     serve_on(settings, config_path, workers, sock)
 
 

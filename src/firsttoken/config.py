@@ -147,11 +147,25 @@ class Upstream(_Strict):
         return found + _url_secrets(self.url)
 
 
+class KeyBudget(_Strict):
+    """What a key may spend, in USD, per UTC day and per UTC month (docs/contracts.md, "Spend")."""
+
+    usd_per_day: float | None = Field(None, gt=0)
+    usd_per_month: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _some_limit(self) -> KeyBudget:
+        if self.usd_per_day is None and self.usd_per_month is None:
+            raise ValueError("give usd_per_day, usd_per_month or both")
+        return self
+
+
 class ClientKey(_Strict):
     name: str = Field(min_length=1)
     key: SecretStr
     rpm: int | None = Field(None, ge=1, description="requests per minute this key may send")
     tpm: int | None = Field(None, ge=1, description="tokens per minute (estimated, then corrected from usage)")
+    budget: KeyBudget | None = Field(None, description="USD this key may spend per day and per month")
 
     @field_validator("key")
     @classmethod
@@ -294,6 +308,37 @@ class Limits(_Strict):
         return value
 
 
+class Price(_Strict):
+    """A route's price: per million tokens (an API), or per GPU-hour (a self-hosted target)."""
+
+    usd_per_million_input: float | None = Field(None, ge=0)
+    usd_per_million_output: float | None = Field(None, ge=0)
+    usd_per_million_cached_input: float | None = Field(None, ge=0, description="unset: the input's price")
+    usd_per_million_cache_write: float | None = Field(None, ge=0, description="unset: the input's price")
+    usd_per_gpu_hour: float | None = Field(None, gt=0, description="a self-hosted target: what one GPU costs an hour")
+    gpus: int = Field(1, ge=1, description="the GPUs one replica of the model holds")
+    source: str = Field("the config", min_length=1, description="where the price comes from, for reports")
+
+    @model_validator(mode="after")
+    def _one_way(self) -> Price:
+        per_token = self.usd_per_million_input is not None or self.usd_per_million_output is not None
+        if per_token == (self.usd_per_gpu_hour is not None):
+            raise ValueError("give usd_per_million_input and usd_per_million_output (an API), or "
+                             "usd_per_gpu_hour (a self-hosted target)")
+        if per_token and (self.usd_per_million_input is None or self.usd_per_million_output is None):
+            raise ValueError("give both usd_per_million_input and usd_per_million_output")
+        return self
+
+
+class SpendSettings(_Strict):
+    log: str | None = Field("firsttoken-spend.db", description="SQLite file of every request's cost and each "
+                                                              "key's daily totals; null: kept in memory only")
+    max_age_days: float = Field(400.0, gt=0, description="how long each request's row is kept (daily totals stay)")
+    warn_at: float = Field(0.8, gt=0, le=1, description="the share of a budget past which answers warn")
+    prices: dict[str, Price] = Field(default_factory=dict, description="by upstream/model, or by model on any "
+                                                                       "upstream: these win over the shipped table")
+
+
 class Streaming(_Strict):
     heartbeat_s: float = Field(5.0, gt=0, description="SSE comment interval while waiting for the first token")
     client_stall_s: float = Field(60.0, gt=0, description="a client that reads nothing for this long is dropped")
@@ -354,6 +399,7 @@ class Settings(_Strict):
     limits: Limits = Field(default_factory=Limits)
     streaming: Streaming = Field(default_factory=Streaming)
     journeys: Journeys = Field(default_factory=Journeys)
+    spend: SpendSettings = Field(default_factory=SpendSettings)
     responses: ResponsesSettings = Field(default_factory=ResponsesSettings)
     sim: SimSettings | None = None  # an in-process simulated region; the upstream when none is configured
     cors: CorsSettings | None = None  # off unless set: browser apps from these origins may call the gateway

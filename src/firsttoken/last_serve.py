@@ -1,6 +1,6 @@
-"""Where the gateway last started keeps its journey log: `firsttoken serve` notes it in the user's state
-directory ($XDG_STATE_HOME/firsttoken, ~/.local/state/firsttoken by default), so that `firsttoken journeys`
-run from any other directory still finds it."""
+"""Where the gateway last started keeps its journey log and its spend ledger: `firsttoken serve` notes them
+in the user's state directory ($XDG_STATE_HOME/firsttoken, ~/.local/state/firsttoken by default), so that
+`firsttoken journeys` and `firsttoken spend` run from any other directory still find them."""
 
 from __future__ import annotations
 
@@ -18,12 +18,13 @@ def _note_path() -> Path:
     return Path(state) / "firsttoken" / "last-serve.json"
 
 
-def note(journey_log: str | None) -> None:
+def note(journey_log: str | None, spend_log: str | None = None) -> None:
     """Called by `serve` as it starts; a home it cannot write to only means the note is missing."""
     path = _note_path()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"journeys": os.path.abspath(journey_log) if journey_log else None,
+                                    "spend": os.path.abspath(spend_log) if spend_log else None,
                                     "directory": os.getcwd(), "started": time.time()}))
     except OSError as exc:
         log.debug("could not note where the journey log is: %s", exc)
@@ -31,9 +32,18 @@ def note(journey_log: str | None) -> None:
 
 def journey_log() -> str | None:
     """The journey log of the gateway last started on this machine by this user, when it noted one."""
+    return _noted("journeys")
+
+
+def spend_log() -> str | None:
+    """The spend ledger of the gateway last started on this machine by this user, when it noted one."""
+    return _noted("spend")
+
+
+def _noted(what: str) -> str | None:
     try:
         noted = json.loads(_note_path().read_text())
     except (OSError, ValueError):
         return None
-    found = noted.get("journeys") if isinstance(noted, dict) else None
+    found = noted.get(what) if isinstance(noted, dict) else None
     return found if isinstance(found, str) else None

@@ -32,6 +32,7 @@ from firsttoken.answers import is_token_bearing
 from firsttoken.errors import GatewayError
 from firsttoken.journey.timeline import Timeline
 from firsttoken.redact import Redactor
+from firsttoken.spend.usage import note_stream_usage
 from firsttoken.sse import (
     BROKEN,
     DONE,
@@ -264,6 +265,7 @@ class Relay:
             chunk = _loads(data_field(event) or b"")
             if isinstance(chunk, dict) and isinstance(chunk.get("usage"), dict):
                 self.result.usage = chunk["usage"]
+                note_stream_usage(timeline, chunk["usage"])  # before the closing comment, which prices it
                 if not chunk.get("choices"):  # the usage chunk: not a token event, and maybe not wanted
                     if not self.strip_usage and not self.native:
                         self._out.append(event)

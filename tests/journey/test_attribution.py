@@ -10,7 +10,7 @@ from firsttoken.journey.attribution import attribute
 from firsttoken.journey.server_timing import parse_server_timing
 from firsttoken.journey.tcp_info import Rtt, RttReader, rtt_of
 from firsttoken.journey.timeline import Timeline
-from firsttoken.server.usage import usage_count
+from firsttoken.spend.usage import usage_count
 
 
 def timeline(*, rtt: float = 120.0, connect: float = 0.0, ttfb: float = 400.0, decode: float = 1000.0,

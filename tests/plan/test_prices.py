@@ -9,11 +9,11 @@ from importlib import resources
 
 import pytest
 
-from firsttoken.plan import prices
 from firsttoken.plan.energy import IDLE_SHARE, gpu_kwh
 from firsttoken.plan.scenario import DEFAULT_PUE, Scenario
 from firsttoken.plan.simulate import simulate
 from firsttoken.plan.summary import HOURS_PER_MONTH, summarise
+from firsttoken.prices import shipped as prices
 from firsttoken.sim.catalogue import Catalogue
 
 USERS = {"rate_per_s": 1, "cities": [{"place": "lagos", "share": 1}]}
@@ -26,7 +26,7 @@ def plan(*options: dict) -> Scenario:
 
 def test_every_shipped_row_has_its_source_and_a_date() -> None:
     for table in ("gpu_hour.csv", "api_prices.csv"):
-        with resources.files("firsttoken.plan").joinpath("tables", table).open(encoding="utf-8") as rows:
+        with resources.files("firsttoken.prices").joinpath("tables", table).open(encoding="utf-8") as rows:
             for row in csv.DictReader(rows):
                 assert row["source"].strip() and row["date"][:2] == "20", row  # an ISO date, not "unknown"
     catalogue = Catalogue.builtin()

@@ -210,10 +210,12 @@ def test_heartbeat_while_waiting_for_first_token(gateway) -> None:
     assert any('"echo:"' in line for line in lines)
 
 
-def test_stream_ends_with_server_timing_comment(gateway) -> None:
+def test_stream_ends_with_server_timing_and_cost_comments(gateway) -> None:
     lines = _raw_stream(gateway, {"model": "chat", "messages": USER, "stream": True})
     assert lines[-1] == "data: [DONE]"
-    assert lines[-2].startswith(": server-timing ttft;dur=") and ", e2e;dur=" in lines[-2]
+    assert lines[-3].startswith(": server-timing ttft;dur=") and ", e2e;dur=" in lines[-3]
+    # the fake upstream's model has no price: its tokens are counted all the same
+    assert lines[-2].startswith(": x-firsttoken-cost usd=unknown; input=")
 
 
 def test_malformed_json_is_400(gateway) -> None:

@@ -38,6 +38,11 @@ class Flight:
         return len(self.pieces)
 
     @property
+    def leader(self) -> Timeline:
+        """The request that went upstream for this one and its followers."""
+        return self._leader
+
+    @property
     def route(self) -> str:
         """The target that answers (the leader's, so far: final once it has answered)."""
         return self._leader.route

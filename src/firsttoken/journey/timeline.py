@@ -9,11 +9,16 @@ per chunk (token events are counted, and only the largest gap between them is ke
 from __future__ import annotations
 
 from time import perf_counter
+from typing import TYPE_CHECKING
 
 from firsttoken.cache.outcome import CacheOutcome
 from firsttoken.journey.server_timing import beyond_socket_ms, parse_server_timing
 from firsttoken.journey.tcp_info import Rtt
 from firsttoken.upstream.connector import Handshake
+
+if TYPE_CHECKING:
+    from firsttoken.spend.cost import Cost, Pricing
+    from firsttoken.spend.usage import Tokens
 
 _NOTHING_DECLARED: dict[str, float] = {}  # shared, never written: most timelines' upstream declares nothing
 
@@ -21,9 +26,10 @@ _NOTHING_DECLARED: dict[str, float] = {}  # shared, never written: most timeline
 class Timeline:
     __slots__ = ("request_id", "operation", "api", "tenant", "model", "stream", "status", "received", "cache_ms",
                  "sent", "first_byte", "first_token", "last_token", "last_byte", "max_gap", "pool_ms", "connect_ms",
-                 "reused", "token_events", "output_tokens", "input_tokens", "cached_tokens", "route", "upstream",
-                 "attempts", "client_rtt", "upstream_rtt", "upstream_timing", "declared", "floor_ms", "handshake",
-                 "cache", "similarity", "hedge", "error_code", "error")
+                 "reused", "token_events", "output_tokens", "input_tokens", "cached_tokens", "cache_write_tokens",
+                 "reasoning_tokens", "prompt_estimate", "reused_tokens", "sized_from", "sharing", "pricing", "cost",
+                 "route", "upstream", "attempts", "client_rtt", "upstream_rtt", "upstream_timing", "declared",
+                 "floor_ms", "handshake", "cache", "similarity", "hedge", "error_code", "error")
 
     def __init__(self, request_id: str = "") -> None:
         self.received = perf_counter()
@@ -49,6 +55,14 @@ class Timeline:
         self.output_tokens: int | None = None  # the upstream's usage counts, when it gave them
         self.input_tokens: int | None = None
         self.cached_tokens: int | None = None  # of the input, what the provider's prompt cache served
+        self.cache_write_tokens: int | None = None  # of the input, what was written to that cache
+        self.reasoning_tokens: int | None = None  # of the output, what the model spent thinking
+        self.prompt_estimate = 0  # the prompt's tokens by the gateway's estimate: when the upstream gives no usage
+        self.reused_tokens: Tokens | None = None  # a cache hit's or a joined request's: the answer's own usage
+        self.sized_from = ""  # a request sized down: the route its model would have taken unsized
+        self.sharing = 1  # requests in flight on its target when it was sent, itself included
+        self.pricing: Pricing | None = None  # the gateway's prices, to cost it (spend/cost.py)
+        self.cost: Cost | None = None  # once costed: what it cost and saved
         self.operation = "chat"  # the GenAI operation: chat | embeddings
         self.api = "chat"  # the API the client spoke: chat | messages | responses | embeddings
         self.route = ""
@@ -67,13 +81,14 @@ class Timeline:
 
     # What one upstream attempt records; a hedge records them on a timeline of its own, adopted if it wins.
     _ATTEMPT = ("sent", "first_byte", "first_token", "last_token", "max_gap", "pool_ms", "connect_ms", "handshake",
-                "reused", "token_events", "route", "upstream", "upstream_rtt", "upstream_timing", "declared",
+                "reused", "token_events", "sharing", "route", "upstream", "upstream_rtt", "upstream_timing", "declared",
                 "floor_ms", "error_code", "error")
 
     def for_hedge(self) -> Timeline:
         """A timeline for a second attempt at this request, to race the first."""
         twin = Timeline(self.request_id)
         twin.received, twin.tenant, twin.model, twin.stream = self.received, self.tenant, self.model, self.stream
+        twin.prompt_estimate, twin.pricing = self.prompt_estimate, self.pricing
         return twin
 
     def adopt(self, hedge: Timeline) -> None:
@@ -155,7 +170,11 @@ class Timeline:
         return timing
 
     def closing_comment(self) -> bytes:
-        """The SSE comment that ends every stream, just before `data: [DONE]`."""
+        """The SSE comment that ends every stream, just before `data: [DONE]`: the timings, and what the
+        request cost (the x-firsttoken-cost header a whole answer carries)."""
         self.last_byte = perf_counter()
-        return (b": server-timing ttft;dur=%.2f, e2e;dur=%.2f, decode;dur=%.2f\n\n"
-                % (self.ttft_ms(), self.e2e_ms(), self.decode_ms()))
+        comment = (b": server-timing ttft;dur=%.2f, e2e;dur=%.2f, decode;dur=%.2f\n"
+                   % (self.ttft_ms(), self.e2e_ms(), self.decode_ms()))
+        if self.pricing is not None:
+            comment += b": x-firsttoken-cost " + self.pricing.cost(self).header() + b"\n"
+        return comment + b"\n"

@@ -13,10 +13,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from firsttoken.geo.places import GeoError, Place, resolve
-from firsttoken.plan import prices, serving
+from firsttoken.plan import serving
 from firsttoken.plan.arrivals import SHAPES, Arrivals, Bursts
 from firsttoken.plan.network import INITIAL_WINDOW_SEGMENTS, Route, route
 from firsttoken.plan.workload import PRESETS, LengthsError, read_lengths
+from firsttoken.prices import shipped as prices
 from firsttoken.sim.catalogue import Catalogue, CatalogueError
 from firsttoken.sim.roofline import DEFAULT_LOAD_BANDWIDTH_GB_S, ENGINE_START_S, Deployment, DeploymentError
 

@@ -187,8 +187,13 @@ class ClientLimits:
 
 
 def estimate_tokens(body: dict[str, Any]) -> int:
-    """The request's tokens before any tokenizer has seen it: about four characters a token in its
-    messages (and input, for embeddings), plus the longest answer it allows."""
+    """The request's tokens before any tokenizer has seen it: its prompt's, plus the longest answer it allows."""
+    answer = body.get("max_completion_tokens") or body.get("max_tokens") or 0
+    return max(1, estimate_prompt_tokens(body) + (answer if isinstance(answer, int) and answer > 0 else 0))
+
+
+def estimate_prompt_tokens(body: dict[str, Any]) -> int:
+    """About four characters a token in its messages (and input, for embeddings)."""
     text = 0
     for message in body.get("messages") or []:
         content = message.get("content") if isinstance(message, dict) else None
@@ -198,8 +203,7 @@ def estimate_tokens(body: dict[str, Any]) -> int:
             text += len(str(content))
     given = body.get("input")
     text += sum(len(str(i)) for i in given) if isinstance(given, list) else len(str(given or ""))
-    answer = body.get("max_completion_tokens") or body.get("max_tokens") or 0
-    return max(1, math.ceil(text / 4) + (answer if isinstance(answer, int) and answer > 0 else 0))
+    return math.ceil(text / 4)
 
 
 def _uncounted(key: str, why: str) -> GatewayError:

@@ -1,26 +1,32 @@
 """Letting a request in: whose it is (its client key), its body read and bounded, and the work it asks
-for run within the key's rate limits and the client's deadline."""
+for run within the key's budget, its rate limits and the client's deadline."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from firsttoken.alarms import Alarms
 from firsttoken.config import Limits
 from firsttoken.journey.recent import RecentJourneys
 from firsttoken.journey.timeline import Timeline
-from firsttoken.routing.client_limits import Charge, ClientLimits, upstream_tokens
+from firsttoken.routing.client_limits import Charge, ClientLimits, estimate_prompt_tokens, upstream_tokens
 from firsttoken.server import validate
 from firsttoken.server.auth import ClientKeys
 from firsttoken.server.deadline import CLIENT_DEADLINE, ClientDeadline
-from firsttoken.server.http import Receive, Scope, read_body
+from firsttoken.server.http import Headers, Receive, Scope, read_body
+from firsttoken.spend.budgets import Budgets
+from firsttoken.spend.cost import Pricing, TokenRate
+from firsttoken.spend.usage import Tokens
 
 
 class Admission:
     def __init__(self, keys: ClientKeys, client_limits: ClientLimits, limits: Limits, journeys: RecentJourneys,
-                 alarms: Alarms) -> None:
+                 alarms: Alarms, pricing: Pricing, budgets: Budgets) -> None:
         self.keys = keys
         self.client_limits = client_limits
+        self.pricing = pricing
+        self.budgets = budgets
         self.limits = limits  # the body's size, depth, messages and strings: checked as it is parsed
         self.journeys = journeys
         self.alarms = alarms
@@ -30,6 +36,17 @@ class Admission:
         timeline.tenant = self.keys.tenant(scope)
         self.journeys.add(timeline)
         return validate.parse_json_object(await read_body(scope, receive, self.limits.max_body_bytes), self.limits)
+
+    def priced(self, timeline: Timeline, body: dict[str, Any], base: Headers, route: str) -> None:
+        """The request will be costed at the end (spend/meter.py); refused here (429) when its prompt, at the
+        price of `route`, its first target, would take its key past a budget. Its answer will say where the
+        key's budgets stand."""
+        timeline.pricing = self.pricing
+        timeline.prompt_estimate = estimate_prompt_tokens(body)
+        if self.budgets.has(timeline.tenant):
+            rate = self.pricing.rate(route)
+            prompt_usd = rate.usd(Tokens(timeline.prompt_estimate)) if isinstance(rate, TokenRate) else 0.0
+            base += self.budgets.check(timeline.tenant, prompt_usd, time.time())
 
     async def admit(self, scope: Scope, timeline: Timeline, body: dict[str, Any], stream: bool) -> Charge | None:
         """Within the client key's rate limits (or the 429 that says which and for how long), and under its

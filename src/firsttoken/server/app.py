@@ -65,9 +65,13 @@ from firsttoken.server.memory_trim import MemoryTrimmer
 from firsttoken.server.ops import Ops
 from firsttoken.server.peers import ClusterPings, Peers, PeerServer, bucket_keeper
 from firsttoken.server.process_metrics import register_process_metrics
+from firsttoken.server.spend_route import SpendRoute
 from firsttoken.server.worker_views import WorkerViews
 from firsttoken.sim.embedded import EmbeddedRegion
 from firsttoken.sim.embedded import describe as describe_region
+from firsttoken.spend.budgets import Budgets
+from firsttoken.spend.ledger import SpendLedger
+from firsttoken.spend.meter import SpendMeter, pricing_for
 from firsttoken.upstream.metrics import PoolCollector
 from firsttoken.upstream.registry import Upstreams
 
@@ -126,7 +130,11 @@ class Gateway:
                                           keeper=bucket_keeper(cluster, self.peers, settings)
                                           if cluster and self.peers else None)
         keys = ClientKeys(settings.keys, settings.admin_key)
-        admission = Admission(keys, self.client_limits, settings.limits, journeys, self.alarms)
+        pricing = pricing_for(settings, SIM_UPSTREAM if simulated is not None else None)
+        ledger = SpendLedger(settings.spend.log, settings.spend.max_age_days)
+        self.spend = SpendMeter(pricing, ledger)
+        admission = Admission(keys, self.client_limits, settings.limits, journeys, self.alarms, pricing,
+                              Budgets(settings.keys, ledger, settings.spend.warn_at))
         egress = Egress(upstreams, self.alarms, router)
         resolver = TargetResolver(settings, upstreams.listed_models)
         chat = Generation(admission, egress, resolver, self.task_router, self.cache, credentials,
@@ -163,6 +171,7 @@ class Gateway:
         for path in ("/v1/messages/count_tokens", "/messages/count_tokens"):
             self.routes[path] = {"POST": count_tokens}
         self.routes["/v1/journeys"] = {"GET": ops.journey_list}
+        self.routes["/v1/spend"] = {"GET": SpendRoute(keys, settings.spend.log, settings.keys)}
         self.routes["/v1/routing"] = {"GET": ops.routing}
         self.prefix_routes: dict[str, dict[str, Handler]] = {"/v1/journeys/": {"GET": ops.journey},
                                                             "/v1/models/": {"GET": catalog.model},
@@ -202,6 +211,7 @@ class Gateway:
                     self.alarms.start()
                     self.memory_trimmer.start()
                     self.sink.start()
+                    self.spend.ledger.start()
                     if self.cache is not None:
                         await self.cache.start()  # the embedding model, when semantic caching is on
                     if self.embedded is not None:
@@ -244,6 +254,7 @@ class Gateway:
                 await self.memory_trimmer.close()
                 self.sink.take_batch()
                 await asyncio.to_thread(self.sink.close)  # the last journeys reach the log
+                await asyncio.to_thread(self.spend.ledger.close)  # and the last requests' spend the ledger
                 if self.cache is not None:
                     await self.cache.close()  # and the last answers the cache
                 await self.client_limits.close()
@@ -304,6 +315,7 @@ class Gateway:
         finally:
             if timeline.tenant:  # a journey: it reached the point of being somebody's request
                 timeline.last_byte = timeline.last_byte or perf_counter()
+                self.spend.record(timeline)
                 self.sink.put(timeline)
             if self.access_log:
                 access_log.record(scope, timeline)

@@ -11,6 +11,7 @@ from firsttoken.cache.outcome import CacheOutcome
 from firsttoken.cache.replay import ReplayError, is_usage_chunk, replay
 from firsttoken.errors import bad_gateway
 from firsttoken.server.reply import Reply
+from firsttoken.spend.usage import Tokens
 from firsttoken.sse import DONE
 
 
@@ -37,6 +38,7 @@ async def send_followed(reply: Reply, flight: Flight, stream: bool) -> bool:
     timeline.cache = CacheOutcome.JOINED
     if not stream:
         await flight.finished()
+        timeline.reused_tokens = Tokens.of(flight.leader)
         answer = _replayed(flight, False, include_usage)
         if answer is None:
             return False
@@ -55,6 +57,7 @@ async def send_followed(reply: Reply, flight: Flight, stream: bool) -> bool:
     async for piece in flight.follow():
         if include_usage or not is_usage_chunk(piece):
             await write(piece + b"\n\n")
+    timeline.reused_tokens = Tokens.of(flight.leader)  # its usage is in by the end of its stream
     if reply.started and flight.ended_well and flight.body is None:  # an answer not to keep, followed whole
         await write(timeline.closing_comment() + DONE, last=True)
     elif flight.kind is None or flight.body is None:  # the leader failed (or has nothing to share)

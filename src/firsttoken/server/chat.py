@@ -34,8 +34,8 @@ from firsttoken.server.egress import Egress
 from firsttoken.server.http import Headers, Receive, Scope, Send
 from firsttoken.server.reply import Reply
 from firsttoken.server.stream import StreamForwarder
-from firsttoken.server.usage import client_wants_usage
 from firsttoken.server.whole import Keep, forward_whole
+from firsttoken.spend.usage import Tokens, client_wants_usage
 from firsttoken.upstream.adapter import UpstreamRequest
 from firsttoken.upstream.registry import UpstreamLink
 
@@ -97,6 +97,7 @@ class Generation:
         if parsed.untranslatable is not None and not any(
                 self.egress.upstreams[t.upstream].adapter.speaks(self.format.name) for t in request.targets):
             raise parsed.untranslatable  # no target could take it: say so before anything else
+        self.admission.priced(timeline, body, base, request.targets[0].label if request.targets else "")
         reply = Reply(send, base, timeline, self.egress.alarms, self.streaming, client_wants_usage(body),
                       parsed.answering)
         charge = await self.admission.admit(scope, timeline, body, stream)
@@ -154,6 +155,7 @@ class Generation:
         answer = await self.cache.replay(lookup, request.stream, reply.include_usage)
         if answer is None:
             return False
+        reply.timeline.reused_tokens = Tokens.in_answer(lookup.hit.body)  # what it saved
         await send_cached(reply, answer, lookup.hit.model, request.stream, lookup.similarity)
         return True
 

@@ -228,6 +228,14 @@ _OPERATOR_API: dict[str, dict[str, Schema]] = {
     "/v1/journeys/{request_id}": {"get": _read("Journey", "one journey, by its response's x-request-id",
                                                parameters=[_path_parameter("request_id", "an x-request-id")])},
     "/v1/routing": {"get": _read("List", "what the router knows of each target (the admin key)")},
+    "/v1/spend": {"get": _read(None, "spend, savings and tokens by key and model, and each budget (a client key's "
+                                     "own; every key's for the admin key)", parameters=[
+        {"name": "since", "in": "query", "required": False, "description": "30m, 6h, 7d or a date (default 30d)",
+         "schema": {"type": "string"}},
+        {"name": "by", "in": "query", "required": False, "description": "one row per model, key or day",
+         "schema": {"type": "string", "enum": ["key,model", "model", "key", "day"]}},
+        {"name": "key", "in": "query", "required": False, "description": "only this client key (the admin's)",
+         "schema": {"type": "string"}}])},
     "/metrics": {"get": _read(None, "Prometheus metrics (the admin key)", "text/plain")},
     "/healthz": {"get": _read(None, "liveness", errors=False)},
     "/readyz": {"get": {"summary": "readiness: whether every upstream is reachable",

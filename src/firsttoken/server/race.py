@@ -57,6 +57,7 @@ async def recorded(router: Router, target: Target, stream: bool, outlet: Outlet,
     """One attempt, counted in flight while it runs, its outcome recorded (unless its race was decided
     for another attempt, which recorded it as lost)."""
     router.started(target)
+    outlet.timeline.sharing = router.state(target).in_flight  # its share of a GPU-hour priced target
     try:
         outcome = await attempt(target, outlet)
     except BaseException:  # cancelled (the client left) or raised: nothing of the target

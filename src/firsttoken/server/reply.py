@@ -109,11 +109,15 @@ class Reply:
                     native: bytes | None = None) -> None:
         """A whole answer, headers and body at once: `body` a chat.completion, given in the client's format;
         or `native`, the upstream's answer already in it."""
+        timeline = self.timeline
+        headers = [*response_headers(self.base, timeline), *extra]
         if status < 300:
             body = self.answering.whole(body, native)
-        self.timeline.status = status
+            if timeline.pricing is not None:  # what a stream says in its closing comment
+                headers.append((b"x-firsttoken-cost", timeline.pricing.cost(timeline).header()))
+        timeline.status = status
         self.started = self.ended = True
-        await send_bytes(self.send, status, body, [*response_headers(self.base, self.timeline), *extra])
+        await send_bytes(self.send, status, body, headers)
 
     async def fail(self, failure: GatewayError) -> None:
         """A failure as the client can still hear it: an error response while nothing has gone out; after a

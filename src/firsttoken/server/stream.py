@@ -31,8 +31,8 @@ from firsttoken.server.http import ClientStalled
 from firsttoken.server.outlet import Outlet
 from firsttoken.server.race import try_targets
 from firsttoken.server.reply import Reply
-from firsttoken.server.usage import note_stream_usage, note_usage
 from firsttoken.server.whole import Keep
+from firsttoken.spend.usage import note_usage
 from firsttoken.sse import DONE
 from firsttoken.upstream.registry import UpstreamLink
 
@@ -107,7 +107,6 @@ class StreamForwarder:
             why = result.error or "the stream ended without a token"
             return Outcome.failed(bad_gateway(f"upstream {link.name}: {why}", code="upstream_stream_broken"))
         timeline = reply.timeline
-        note_stream_usage(timeline, result.usage)
         if not reply.ended:
             await reply.write(b"", last=True)
         if result.clean:

@@ -28,7 +28,7 @@ from firsttoken.server.egress import (
 from firsttoken.server.outlet import Outlet
 from firsttoken.server.race import try_targets
 from firsttoken.server.reply import Reply
-from firsttoken.server.usage import note_usage
+from firsttoken.spend.usage import note_usage
 from firsttoken.upstream.registry import UpstreamLink
 
 log = logging.getLogger("firsttoken.forward")

@@ -20,7 +20,7 @@ from firsttoken.cache.outcome import CacheOutcome
 from firsttoken.journey.server_timing import parse_server_timing
 from firsttoken.journey.tcp_info import rtt_of
 from firsttoken.journey.timeline import Timeline
-from firsttoken.server.usage import note_stream_usage
+from firsttoken.spend.usage import note_stream_usage
 from firsttoken.sse import EventSplitter, data_field
 from firsttoken.trace.endpoint import Endpoint
 from firsttoken.upstream.connector import TimedConnector, protocol_of

@@ -383,8 +383,10 @@ def usage(raw: Json) -> Json:
     cached = count("cache_read_input_tokens")
     prompt = count("input_tokens") + count("cache_creation_input_tokens") + cached
     completion_tokens = count("output_tokens")
+    # Cache writes have no field in chat's shape and cost more than other input: kept beside cached_tokens.
+    details = {"cached_tokens": cached, "cache_write_tokens": count("cache_creation_input_tokens")}
     return {"prompt_tokens": prompt, "completion_tokens": completion_tokens,
-            "total_tokens": prompt + completion_tokens, "prompt_tokens_details": {"cached_tokens": cached}}
+            "total_tokens": prompt + completion_tokens, "prompt_tokens_details": details}
 
 
 # --- streams: Anthropic SSE events → OpenAI chunks ------------------------------------------------

@@ -1,7 +1,7 @@
-"""Prices the planner ships: a GPU-hour by GPU and place, and a provider's price per million tokens by
-model, each row with its source and date (plan/tables/*.csv). An option that states its own price uses
-it; one that does not takes the table's, and the plan says where it came from. Prices move: the tables
-are a starting point as of their dates, not a quote.
+"""The shipped price tables (prices/tables/*.csv): a GPU-hour by GPU and place, and a provider's price per
+million tokens by model, each row with its source and date. The planner's options and the gateway's
+upstreams take them unless their config states a price of its own. Prices move: the tables are a
+starting point as of their dates, not a quote.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ class ApiPrice:
     model: str
     usd_per_million_input: float
     usd_per_million_output: float
-    usd_per_million_cached_input: float | None
+    usd_per_million_cached_input: float | None  # a prompt prefix the provider's cache served; None: input's
+    usd_per_million_cache_write: float | None  # a prompt prefix written to that cache (Anthropic); None: input's
     source: str
     date: str
 
@@ -42,7 +43,7 @@ class ApiPrice:
 
 
 def _rows(name: str) -> list[dict[str, str]]:
-    with resources.files("firsttoken.plan").joinpath("tables", name).open(encoding="utf-8") as table:
+    with resources.files("firsttoken.prices").joinpath("tables", name).open(encoding="utf-8") as table:
         return list(csv.DictReader(table))
 
 
@@ -55,10 +56,13 @@ def gpu_hours() -> tuple[GpuHour, ...]:
 @functools.cache
 def api_prices() -> tuple[ApiPrice, ...]:
     return tuple(ApiPrice(r["provider"], r["model"], float(r["usd_per_million_input"]),
-                          float(r["usd_per_million_output"]),
-                          float(r["usd_per_million_cached_input"]) if r["usd_per_million_cached_input"] else None,
-                          r["source"], r["date"])
+                          float(r["usd_per_million_output"]), _optional(r["usd_per_million_cached_input"]),
+                          _optional(r["usd_per_million_cache_write"]), r["source"], r["date"])
                  for r in _rows("api_prices.csv"))
+
+
+def _optional(cell: str) -> float | None:
+    return float(cell) if cell else None
 
 
 class NoPrice(LookupError):

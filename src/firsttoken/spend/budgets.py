@@ -1,0 +1,96 @@
+"""Budgets on client keys: USD per UTC day and per UTC month. A request is refused (429, `budget_exceeded`,
+with when the budget resets) when the key's spend so far, plus what its prompt will cost at its first
+target's price, would pass a budget; one that is let in runs to its end (an answer is not cut off
+mid-stream), so concurrent requests admitted together can pass the budget by what they spend together.
+Every answer to a key with a budget says where it stands (`x-firsttoken-budget`), and past `warn_at` of
+a budget, warns (`x-firsttoken-budget-warning`)."""
+
+from __future__ import annotations
+
+import calendar
+import time
+from dataclasses import dataclass
+
+from firsttoken.config import ClientKey
+from firsttoken.errors import GatewayError
+from firsttoken.server.http import Headers
+from firsttoken.spend.ledger import SpendLedger, utc_day
+
+
+@dataclass(frozen=True, slots=True)
+class Period:
+    name: str  # "day" or "month"
+    limit: float  # USD
+    days: tuple[str, ...]  # the UTC days it covers so far
+    resets: float  # unix time its next period begins
+
+    def describe_reset(self, now: float) -> str:
+        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.resets))
+        return f"{at} (in {_duration(self.resets - now)})"
+
+
+class Budgets:
+    def __init__(self, keys: list[ClientKey], ledger: SpendLedger, warn_at: float = 0.8) -> None:
+        self._limits = {k.name: (k.budget.usd_per_day, k.budget.usd_per_month) for k in keys if k.budget is not None}
+        self.ledger = ledger
+        self.warn_at = warn_at
+
+    def __bool__(self) -> bool:
+        return bool(self._limits)
+
+    def has(self, key: str) -> bool:
+        return key in self._limits
+
+    def check(self, key: str, prompt_usd: float, now: float) -> Headers:
+        """The headers that say where `key` stands; raises the 429 when this request would pass a budget."""
+        limits = self._limits.get(key)
+        if limits is None:
+            return []
+        standing: list[str] = []
+        warnings: list[str] = []
+        for period in _periods(limits, now):
+            spent = self.ledger.spent(key, period.days)
+            if spent + prompt_usd > period.limit:
+                raise _exceeded(key, period, spent, now)
+            standing.append(f"{period.name}={spent:.6f}/{period.limit:g}")
+            if spent >= self.warn_at * period.limit:
+                warnings.append(f"{spent / period.limit:.0%} of the {period.name}'s budget of ${period.limit:g} is "
+                                f"spent; it resets at {period.describe_reset(now)}")
+        headers = [(b"x-firsttoken-budget", "; ".join(standing).encode())]
+        if warnings:
+            headers.append((b"x-firsttoken-budget-warning", "; ".join(warnings).encode()))
+        return headers
+
+
+def _periods(limits: tuple[float | None, float | None], now: float) -> list[Period]:
+    per_day, per_month = limits
+    today = time.gmtime(now)
+    periods = []
+    if per_day is not None:
+        midnight = calendar.timegm((today.tm_year, today.tm_mon, today.tm_mday, 0, 0, 0))
+        periods.append(Period("day", per_day, (utc_day(now),), midnight + 86400))
+    if per_month is not None:
+        year, month = (today.tm_year + 1, 1) if today.tm_mon == 12 else (today.tm_year, today.tm_mon + 1)
+        days = tuple(f"{today.tm_year:04d}-{today.tm_mon:02d}-{d:02d}" for d in range(1, today.tm_mday + 1))
+        periods.append(Period("month", per_month, days, calendar.timegm((year, month, 1, 0, 0, 0))))
+    return periods
+
+
+def _exceeded(key: str, period: Period, spent: float, now: float) -> GatewayError:
+    wait = max(int(period.resets - now) + 1, 1)
+    return GatewayError(429, f"The client key {key!r} has spent ${spent:.4f} of its ${period.limit:g} budget for the "
+                             f"{period.name}; it resets at {period.describe_reset(now)}.",
+                        "insufficient_quota", code="budget_exceeded",
+                        headers={"Retry-After": str(wait), "x-should-retry": "false",  # the SDKs would retry a 429
+                                 "x-firsttoken-budget-resets": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                             time.gmtime(period.resets))})
+
+
+def _duration(seconds: float) -> str:
+    minutes = max(int(seconds // 60), 0)
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours} h {minutes} min"
+    return f"{hours // 24} d {hours % 24} h"

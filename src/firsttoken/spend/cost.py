@@ -1,0 +1,181 @@
+"""What one request cost and what the edge saved it, from its timeline: its tokens (the upstream's usage,
+or the gateway's estimate, marked, when the upstream gave none) at its route's price.
+
+A route is priced per million tokens (the config's price, else the shipped table's for its model) or per
+GPU-hour (a self-hosted target, the simulated region included): a request then pays for its share of
+the GPUs' time while it held them, the seconds it took divided among the requests in flight on that
+target when it was sent. Idle GPU-hours are nobody's request and are not charged to any key.
+
+Savings: a cache hit or a joined request did not go upstream, so it saved what its answer cost when it
+did (the answer's own usage at its route's price) and the seconds the route takes to give it (its
+measured time to a first token and decode rate, spend/speeds.py), less what the replay took. A request
+sized down saved the difference between its tokens at the unsized route's price and at its own.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from time import perf_counter
+
+from firsttoken.cache.outcome import CacheOutcome
+from firsttoken.journey.timeline import Timeline
+from firsttoken.prices.shipped import ApiPrice, api_prices
+from firsttoken.spend.speeds import Speeds
+from firsttoken.spend.usage import Tokens
+
+PER_MILLION = 1e-6
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRate:
+    """USD per million tokens of each kind."""
+
+    input: float
+    output: float
+    cached_input: float
+    cache_write: float
+    source: str
+
+    def usd(self, tokens: Tokens) -> float:
+        plain = max(tokens.input - tokens.cached_input - tokens.cache_write, 0)
+        return (plain * self.input + tokens.cached_input * self.cached_input
+                + tokens.cache_write * self.cache_write + tokens.output * self.output) * PER_MILLION
+
+    @classmethod
+    def from_table(cls, row: ApiPrice) -> TokenRate:
+        input_price = row.usd_per_million_input
+        cached = row.usd_per_million_cached_input
+        write = row.usd_per_million_cache_write
+        return cls(input_price, row.usd_per_million_output, input_price if cached is None else cached,
+                   input_price if write is None else write, f"{row.provider}/{row.model}, {row.source}, {row.date}")
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRate:
+    """A self-hosted target: USD per GPU-hour, and the GPUs one replica of its model holds."""
+
+    usd_per_gpu_hour: float
+    gpus: int
+    source: str
+
+    def usd(self, seconds: float, sharing: int) -> float:
+        """A request's share of the GPUs over the `seconds` it held them with `sharing` requests in flight."""
+        return self.usd_per_gpu_hour * self.gpus * seconds / 3600.0 / max(sharing, 1)
+
+
+Rate = TokenRate | GpuRate
+
+
+@dataclass(frozen=True, slots=True)
+class Cost:
+    """What one request cost upstream, and what the edge saved it."""
+
+    tokens: Tokens | None  # what the upstream used; a hit's or joined request's: None (see `reused`)
+    estimated: bool  # the upstream gave no usage: the tokens are the gateway's estimate
+    usd: float | None  # None: its route has no price
+    saved_by: str = ""  # "cache", "joined", "sized" or ""
+    saved_tokens: int = 0  # tokens the upstream did not have to process
+    saved_usd: float = 0.0
+    saved_s: float | None = None  # None: the route's speed is not known yet
+
+    def header(self) -> bytes:
+        """The x-firsttoken-cost value: `usd=…; input=…; output=…`, and what was saved."""
+        parts = ["usd=unknown" if self.usd is None else f"usd={self.usd:.8f}"]
+        if self.tokens is not None:
+            t = self.tokens
+            parts += [f"input={t.input}", f"cached-input={t.cached_input}", f"output={t.output}"]
+            if t.cache_write:
+                parts.append(f"cache-write={t.cache_write}")
+            if t.reasoning:
+                parts.append(f"reasoning={t.reasoning}")
+        if self.estimated:
+            parts.append("estimated")
+        if self.saved_by:
+            parts += [f"saved-by={self.saved_by}", f"saved-usd={self.saved_usd:.8f}",
+                      f"saved-tokens={self.saved_tokens}"]
+            if self.saved_s is not None:
+                parts.append(f"saved-s={self.saved_s:.3f}")
+        return "; ".join(parts).encode()
+
+
+NOTHING = Cost(None, False, 0.0)  # a request that never reached an upstream (refused, failed before sending)
+_DATED = re.compile(r"-(\d{8}|\d{4}-\d{2}-\d{2}|latest)$")
+
+
+class Pricing:
+    """Routes (`upstream/model`) to their rates, resolved once each; and the routes' measured speeds."""
+
+    def __init__(self, configured: dict[str, Rate], upstream_rates: dict[str, Rate] | None = None) -> None:
+        self._configured = configured  # by `upstream/model`, or by model on any upstream
+        self._upstream_rates = upstream_rates or {}  # a whole upstream priced per GPU-hour (the simulated region)
+        self._table = {row.model: TokenRate.from_table(row) for row in api_prices()}
+        self._resolved: dict[str, Rate | None] = {}
+        self.speeds = Speeds()
+
+    def rate(self, route: str) -> Rate | None:
+        """The price of `route`: the config's for it or its model, the upstream's, else the shipped table's."""
+        try:
+            return self._resolved[route]
+        except KeyError:
+            rate = self._resolved[route] = self._resolve(route)
+            return rate
+
+    def _resolve(self, route: str) -> Rate | None:
+        upstream, _, model = route.partition("/")
+        found = self._configured.get(route) or self._configured.get(model) or self._upstream_rates.get(upstream)
+        if found is not None:
+            return found
+        for name in (model, _DATED.sub("", model), model.rpartition("/")[2], _DATED.sub("", model.rpartition("/")[2])):
+            if name in self._table:
+                return self._table[name]
+        return None
+
+    def cost(self, timeline: Timeline) -> Cost:
+        """What the request cost and saved, by its timeline so far (its last byte, when it has ended)."""
+        if timeline.cache.from_cache:
+            return self._reused(timeline)
+        if not timeline.sent:
+            return NOTHING
+        tokens, estimated = Tokens.of(timeline), False
+        if tokens is None:  # the upstream said nothing: the prompt as estimated, a token per token event
+            tokens, estimated = Tokens(timeline.prompt_estimate, timeline.token_events), True
+        rate = self.rate(timeline.route)
+        usd = self._usd(rate, tokens, timeline)
+        if not timeline.sized_from or usd is None:
+            return Cost(tokens, estimated, usd)
+        unsized = self._usd(self.rate(timeline.sized_from), tokens, timeline)
+        if unsized is None:
+            return Cost(tokens, estimated, usd)
+        expected = self.speeds.seconds(timeline.sized_from, tokens.output)
+        taken = _seconds(timeline)
+        return Cost(tokens, estimated, usd, "sized", 0, max(unsized - usd, 0.0),
+                    None if expected is None else max(expected - taken, 0.0))
+
+    def _reused(self, timeline: Timeline) -> Cost:
+        tokens = timeline.reused_tokens
+        saved_by = "joined" if timeline.cache is CacheOutcome.JOINED else "cache"
+        if tokens is None:  # an answer without usage: nothing to count
+            return Cost(None, False, 0.0, saved_by)
+        expected = self.speeds.seconds(timeline.route, tokens.output)
+        rate = self.rate(timeline.route)
+        if isinstance(rate, GpuRate):  # the GPU time it would have held, alone on its replica
+            saved_usd = rate.usd(expected, 1) if expected is not None else 0.0
+        else:
+            saved_usd = rate.usd(tokens) if rate is not None else 0.0
+        saved_s = None if expected is None else max(expected - _seconds(timeline), 0.0)
+        return Cost(None, False, 0.0, saved_by, tokens.total, saved_usd, saved_s)
+
+    @staticmethod
+    def _usd(rate: Rate | None, tokens: Tokens, timeline: Timeline) -> float | None:
+        if rate is None:
+            return None
+        if isinstance(rate, GpuRate):
+            return rate.usd(_seconds(timeline), timeline.sharing)
+        return rate.usd(tokens)
+
+
+def _seconds(timeline: Timeline) -> float:
+    """How long the request has taken from its sending upstream (or its arrival) to its last byte."""
+    start = timeline.sent or timeline.received
+    return max((timeline.last_byte or perf_counter()) - start, 0.0)

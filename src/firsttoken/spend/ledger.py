@@ -1,0 +1,202 @@
+"""The spend ledger: every request's cost in a SQLite file (WAL), and each key's totals by day, so that
+spend survives restarts and crashes, `firsttoken spend` can report it, and budgets can be held to it.
+
+A request's row is written by a thread of the ledger's own as soon as the request ends: the thread
+commits whatever has queued since its last commit (a group commit), so when traffic is light every
+request is its own transaction, and under load a commit carries the few that ended while the last one
+ran. A SIGKILL loses only the requests not yet committed: at most those that ended in the last commit's
+few milliseconds. The per-day totals are kept by a trigger in the same transaction as the row, and the
+row's key is the request's id (INSERT OR IGNORE), so a request is never counted twice.
+
+Budgets read the totals from memory (`spent`): what every process sharing the file has committed (read
+back after each commit, and every REFRESH_S for the others' commits), plus what this process has
+recorded and not yet committed. One lock guards those two maps; it is held for dictionary updates only.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+from collections import defaultdict, deque
+from pathlib import Path
+from typing import Any
+
+from firsttoken.private_files import private_file
+
+log = logging.getLogger("firsttoken.spend")
+
+REFRESH_S = 0.5  # how often the totals are read back, for the spend of other processes sharing the file
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS requests (
+    id TEXT PRIMARY KEY,            -- the request's id (x-request-id): a request is counted once
+    at REAL NOT NULL,               -- unix time it arrived
+    day TEXT NOT NULL,              -- its UTC day, YYYY-MM-DD: budgets and totals are by UTC day and month
+    key TEXT NOT NULL,              -- the client key's name (default: no keys configured)
+    route TEXT NOT NULL,            -- upstream/model that answered ('' when none did)
+    api TEXT,
+    input_tokens INTEGER NOT NULL, cached_input_tokens INTEGER NOT NULL, cache_write_tokens INTEGER NOT NULL,
+    output_tokens INTEGER NOT NULL, reasoning_tokens INTEGER NOT NULL,
+    estimated INTEGER NOT NULL,     -- 1: the upstream gave no usage; the tokens are the gateway's estimate
+    usd REAL,                       -- NULL: the route has no price
+    saved_by TEXT,                  -- cache | joined | sized
+    saved_tokens INTEGER NOT NULL, saved_usd REAL NOT NULL, saved_s REAL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS requests_at ON requests (at);
+CREATE TABLE IF NOT EXISTS days (
+    key TEXT NOT NULL, day TEXT NOT NULL, route TEXT NOT NULL,
+    requests INTEGER NOT NULL, unpriced INTEGER NOT NULL, estimated INTEGER NOT NULL,
+    input_tokens INTEGER NOT NULL, cached_input_tokens INTEGER NOT NULL, cache_write_tokens INTEGER NOT NULL,
+    output_tokens INTEGER NOT NULL, reasoning_tokens INTEGER NOT NULL, usd REAL NOT NULL,
+    cache_hits INTEGER NOT NULL, joined INTEGER NOT NULL, sized INTEGER NOT NULL,
+    saved_tokens INTEGER NOT NULL, saved_usd REAL NOT NULL, saved_s REAL NOT NULL,
+    PRIMARY KEY (key, day, route)
+) WITHOUT ROWID;
+CREATE TRIGGER IF NOT EXISTS requests_counted AFTER INSERT ON requests BEGIN
+    INSERT INTO days VALUES (NEW.key, NEW.day, NEW.route, 1, NEW.usd IS NULL, NEW.estimated, NEW.input_tokens,
+        NEW.cached_input_tokens, NEW.cache_write_tokens, NEW.output_tokens, NEW.reasoning_tokens,
+        coalesce(NEW.usd, 0), NEW.saved_by IS 'cache', NEW.saved_by IS 'joined', NEW.saved_by IS 'sized',
+        NEW.saved_tokens, NEW.saved_usd, coalesce(NEW.saved_s, 0))
+    ON CONFLICT (key, day, route) DO UPDATE SET
+        requests = requests + 1, unpriced = unpriced + excluded.unpriced, estimated = estimated + excluded.estimated,
+        input_tokens = input_tokens + excluded.input_tokens,
+        cached_input_tokens = cached_input_tokens + excluded.cached_input_tokens,
+        cache_write_tokens = cache_write_tokens + excluded.cache_write_tokens,
+        output_tokens = output_tokens + excluded.output_tokens,
+        reasoning_tokens = reasoning_tokens + excluded.reasoning_tokens, usd = usd + excluded.usd,
+        cache_hits = cache_hits + excluded.cache_hits, joined = joined + excluded.joined,
+        sized = sized + excluded.sized, saved_tokens = saved_tokens + excluded.saved_tokens,
+        saved_usd = saved_usd + excluded.saved_usd, saved_s = saved_s + excluded.saved_s;
+END;
+"""
+
+COLUMNS = ("id", "at", "day", "key", "route", "api", "input_tokens", "cached_input_tokens", "cache_write_tokens",
+           "output_tokens", "reasoning_tokens", "estimated", "usd", "saved_by", "saved_tokens", "saved_usd", "saved_s")
+_INSERT = f"INSERT OR IGNORE INTO requests ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
+_ID, _DAY, _KEY, _USD = COLUMNS.index("id"), COLUMNS.index("day"), COLUMNS.index("key"), COLUMNS.index("usd")
+
+
+def utc_day(at: float) -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime(at))
+
+
+def connect(path: str | Path) -> sqlite3.Connection:
+    db = sqlite3.connect(str(path), timeout=10, check_same_thread=False)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a commit survives the process's crash
+    db.executescript(SCHEMA)
+    return db
+
+
+Totals = dict[str, dict[str, float]]  # key → UTC day → USD
+
+
+class SpendLedger:
+    """Rows in, totals out. `path` None keeps the totals in memory only (nothing survives a restart)."""
+
+    def __init__(self, path: str | Path | None, max_age_days: float = 400.0) -> None:
+        self.path = private_file(path) if path is not None else None  # every key's spend: 0600
+        self.max_age_s = max_age_days * 86400
+        self._db = connect(self.path) if self.path is not None else None
+        self._lock = threading.Lock()
+        self._committed: Totals = {}  # every process's, as last read back from the file
+        self._pending: Totals = defaultdict(lambda: defaultdict(float))  # this process's, not yet committed
+        self._queue: deque[tuple[Any, ...]] = deque()
+        self._wake = threading.Event()
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="spend-ledger", daemon=True)
+        self.written = self.failed = 0
+        if self._db is not None:
+            self._committed = self._read_totals()
+
+    def start(self) -> None:
+        if self._db is not None:
+            self._thread.start()
+
+    def record(self, row: tuple[Any, ...]) -> None:
+        """A finished request's row (COLUMNS' order), from the event loop: counted at once, written soon."""
+        usd = row[_USD] or 0.0
+        with self._lock:
+            self._pending[row[_KEY]][row[_DAY]] += usd
+        if self._db is not None:
+            self._queue.append(row)
+            self._wake.set()
+
+    def spent(self, key: str, days: tuple[str, ...]) -> float:
+        """What `key` has spent on `days` (UTC), committed by any process or recorded here."""
+        with self._lock:
+            committed, pending = self._committed.get(key), self._pending.get(key)
+            total = sum(committed.get(day, 0.0) for day in days) if committed else 0.0
+            return total + (sum(pending.get(day, 0.0) for day in days) if pending else 0.0)
+
+    def _run(self) -> None:
+        assert self._db is not None
+        writes = 0
+        while True:
+            self._wake.wait(REFRESH_S)
+            self._wake.clear()
+            rows = _drain(self._queue)
+            if rows:
+                try:
+                    with self._db:
+                        self._db.executemany(_INSERT, rows)
+                    self.written += len(rows)
+                except sqlite3.Error:  # a full disk: say so, keep serving; the totals stay in memory
+                    self.failed += len(rows)
+                    log.exception("could not write %d requests' spend to %s", len(rows), self.path)
+                    continue
+                writes += 1
+                if writes % 1000 == 1:
+                    self._prune(time.time())
+            self._refresh(rows)
+            if self._stop and not self._queue:
+                return
+
+    def _refresh(self, committed_rows: list[tuple[Any, ...]]) -> None:
+        """Totals read back from the file, and the rows just committed no longer pending: one swap."""
+        try:
+            totals = self._read_totals()
+        except sqlite3.Error:
+            log.exception("could not read the spend totals back from %s", self.path)
+            return
+        with self._lock:
+            self._committed = totals
+            for row in committed_rows:
+                days = self._pending[row[_KEY]]
+                days[row[_DAY]] -= row[_USD] or 0.0
+                if abs(days[row[_DAY]]) < 1e-12:
+                    del days[row[_DAY]]
+
+    def _read_totals(self) -> Totals:
+        """This month's and last month's totals (what a budget can ask about), from the file."""
+        assert self._db is not None
+        since = utc_day(time.time() - 32 * 86400)
+        totals: Totals = {}
+        for key, day, usd in self._db.execute("SELECT key, day, sum(usd) FROM days WHERE day >= ? "
+                                              "GROUP BY key, day", (since,)):
+            totals.setdefault(key, {})[day] = usd
+        return totals
+
+    def _prune(self, now: float) -> None:
+        """Requests' rows past their age go; the days' totals stay."""
+        assert self._db is not None
+        with self._db:
+            self._db.execute("DELETE FROM requests WHERE at < ?", (now - self.max_age_s,))
+
+    def close(self) -> None:
+        """Write what is pending and stop (from a thread: it waits for the writer)."""
+        self._stop = True
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+        if self._db is not None:
+            self._db.close()
+
+
+def _drain(queue: deque[Any]) -> list[Any]:
+    items = []
+    while queue:
+        items.append(queue.popleft())
+    return items
