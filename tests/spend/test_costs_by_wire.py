@@ -8,15 +8,15 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import anthropic
 import openai
 import pytest
 
-from conftest import ADMIN, ADMIN_KEY, CLIENT_KEY
+from conftest import ADMIN, CLIENT_KEY
 from support.gateway_process import GatewayProcess
 from support.recorded_usage import run_recorded_upstream
+from support.spend_ledger import ledger_rows, recorded_gateway_settings
 from support.threaded import InThread
 
 # By hand from prices/tables/api_prices.csv: (uncached input, cached input, cache writes, output) × $/M.
@@ -31,39 +31,13 @@ TOKENS = {"oai/gpt-4o-mini-2024-07-18": (2006, 1920, 0, 300, 256),
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    with InThread(run_recorded_upstream) as upstream:
-        settings = {
-            "cache": False,
-            "upstreams": {name: {"url": upstream.url, "key": "upstream-key-123456", "pool": {"warm": 0}, **extra}
-                          for name, extra in (("oai", {}), ("ant", {"api": "anthropic"}),
-                                              ("resp", {"responses": True}))},
-            # dated names, as providers answer to them: priced by the table's undated row
-            "models": {"gpt-4o-mini": ["oai/gpt-4o-mini-2024-07-18"],
-                       "claude-sonnet-4-5": ["ant/claude-sonnet-4-5-20250929"], "o4-mini": ["resp/o4-mini"]},
-            "keys": [{"name": "app", "key": CLIENT_KEY}], "admin_key": ADMIN_KEY,
-        }
-        with GatewayProcess(settings, tmp_path_factory.mktemp("spend-wire")) as process:
-            yield process
+    with InThread(run_recorded_upstream) as upstream, \
+            GatewayProcess(recorded_gateway_settings(upstream.url), tmp_path_factory.mktemp("spend-wire")) as process:
+        yield process
 
 
 def openai_client(gateway: GatewayProcess) -> openai.OpenAI:
     return openai.OpenAI(base_url=gateway.url + "/v1", api_key=CLIENT_KEY, max_retries=0)
-
-
-def ledger_row(workdir: Path, request_id: str) -> dict:
-    """The request's row, once the ledger's writer has committed it (a few milliseconds)."""
-    deadline = time.monotonic() + 5
-    db = sqlite3.connect(workdir / "firsttoken-spend.db")
-    db.row_factory = sqlite3.Row
-    try:
-        while time.monotonic() < deadline:
-            row = db.execute("SELECT * FROM requests WHERE id = ?", (request_id,)).fetchone()
-            if row is not None:
-                return dict(row)
-            time.sleep(0.02)
-    finally:
-        db.close()
-    raise AssertionError(f"no ledger row for {request_id}")
 
 
 def header_fields(value: str) -> dict[str, str]:
@@ -74,7 +48,7 @@ def assert_costed(gateway: GatewayProcess, request_id: str, said: str, route: st
     """The cost the answer said, the ledger's row, and the upstream's own tokens, all agree."""
     fields = header_fields(said)
     assert float(fields["usd"]) == pytest.approx(usd, abs=1e-8)
-    row = ledger_row(gateway.workdir, request_id)
+    [row] = ledger_rows(gateway.workdir, "id = ?", request_id)
     assert row["usd"] == pytest.approx(usd, rel=1e-12) and row["key"] == "app" and row["route"] == route
     assert (row["input_tokens"], row["cached_input_tokens"], row["cache_write_tokens"], row["output_tokens"],
             row["reasoning_tokens"]) == TOKENS[route]

@@ -10,6 +10,7 @@ the ones a test prices by hand.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ TEXT = "Hello from the recorded upstream."
 class RecordedUpstream:
     url: str
     requests: int = 0
+    delay_s: float = 0.0  # before each answer: long enough for identical requests to join the first
 
 
 def _sse(data: Any, event: str | None = None) -> bytes:
@@ -98,7 +100,9 @@ async def run_recorded_upstream() -> AsyncIterator[RecordedUpstream]:
     def route(answer: Any) -> Any:
         async def handle(request: web.Request) -> web.StreamResponse:
             state.requests += 1
-            made = answer(await request.json())
+            body = await request.json()
+            await asyncio.sleep(state.delay_s)
+            made = answer(body)
             if isinstance(made, dict):
                 return web.json_response(made)
             response = web.StreamResponse(headers={"content-type": "text/event-stream"})

@@ -28,6 +28,7 @@ class Timeline:
                  "sent", "first_byte", "first_token", "last_token", "last_byte", "max_gap", "pool_ms", "connect_ms",
                  "reused", "token_events", "output_tokens", "input_tokens", "cached_tokens", "cache_write_tokens",
                  "reasoning_tokens", "prompt_estimate", "reused_tokens", "sized_from", "sharing", "pricing", "cost",
+                 "budget_hold",
                  "route", "upstream", "attempts", "client_rtt", "upstream_rtt", "upstream_timing", "declared",
                  "floor_ms", "handshake", "cache", "similarity", "hedge", "error_code", "error")
 
@@ -63,6 +64,7 @@ class Timeline:
         self.sharing = 1  # requests in flight on its target when it was sent, itself included
         self.pricing: Pricing | None = None  # the gateway's prices, to cost it (spend/cost.py)
         self.cost: Cost | None = None  # once costed: what it cost and saved
+        self.budget_hold = 0.0  # USD its key's budget holds for it until it is costed
         self.operation = "chat"  # the GenAI operation: chat | embeddings
         self.api = "chat"  # the API the client spoke: chat | messages | responses | embeddings
         self.route = ""

@@ -188,8 +188,13 @@ class ClientLimits:
 
 def estimate_tokens(body: dict[str, Any]) -> int:
     """The request's tokens before any tokenizer has seen it: its prompt's, plus the longest answer it allows."""
+    return max(1, estimate_prompt_tokens(body) + answer_limit(body))
+
+
+def answer_limit(body: dict[str, Any]) -> int:
+    """The longest answer the request allows (0: it sets none)."""
     answer = body.get("max_completion_tokens") or body.get("max_tokens") or 0
-    return max(1, estimate_prompt_tokens(body) + (answer if isinstance(answer, int) and answer > 0 else 0))
+    return answer if isinstance(answer, int) and answer > 0 else 0
 
 
 def estimate_prompt_tokens(body: dict[str, Any]) -> int:

@@ -10,7 +10,13 @@ from firsttoken.alarms import Alarms
 from firsttoken.config import Limits
 from firsttoken.journey.recent import RecentJourneys
 from firsttoken.journey.timeline import Timeline
-from firsttoken.routing.client_limits import Charge, ClientLimits, estimate_prompt_tokens, upstream_tokens
+from firsttoken.routing.client_limits import (
+    Charge,
+    ClientLimits,
+    answer_limit,
+    estimate_prompt_tokens,
+    upstream_tokens,
+)
 from firsttoken.server import validate
 from firsttoken.server.auth import ClientKeys
 from firsttoken.server.deadline import CLIENT_DEADLINE, ClientDeadline
@@ -38,15 +44,17 @@ class Admission:
         return validate.parse_json_object(await read_body(scope, receive, self.limits.max_body_bytes), self.limits)
 
     def priced(self, timeline: Timeline, body: dict[str, Any], base: Headers, route: str) -> None:
-        """The request will be costed at the end (spend/meter.py); refused here (429) when its prompt, at the
-        price of `route`, its first target, would take its key past a budget. Its answer will say where the
-        key's budgets stand."""
+        """The request will be costed at the end (spend/meter.py); refused here (429) when the most it may
+        cost (its prompt and max_tokens at the price of `route`, its first target) does not fit in its key's
+        budget. Its answer will say where the key's budgets stand."""
         timeline.pricing = self.pricing
         timeline.prompt_estimate = estimate_prompt_tokens(body)
         if self.budgets.has(timeline.tenant):
             rate = self.pricing.rate(route)
-            prompt_usd = rate.usd(Tokens(timeline.prompt_estimate)) if isinstance(rate, TokenRate) else 0.0
-            base += self.budgets.check(timeline.tenant, prompt_usd, time.time())
+            most = rate.usd(Tokens(timeline.prompt_estimate, answer_limit(body))) if isinstance(rate, TokenRate) \
+                else 0.0  # a GPU-hour's share is known only once the request has taken it
+            base += self.budgets.admit(timeline.tenant, most, time.time())
+            timeline.budget_hold = most
 
     async def admit(self, scope: Scope, timeline: Timeline, body: dict[str, Any], stream: bool) -> Charge | None:
         """Within the client key's rate limits (or the 429 that says which and for how long), and under its

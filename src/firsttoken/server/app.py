@@ -132,9 +132,9 @@ class Gateway:
         keys = ClientKeys(settings.keys, settings.admin_key)
         pricing = pricing_for(settings, SIM_UPSTREAM if simulated is not None else None)
         ledger = SpendLedger(settings.spend.log, settings.spend.max_age_days)
-        self.spend = SpendMeter(pricing, ledger)
-        admission = Admission(keys, self.client_limits, settings.limits, journeys, self.alarms, pricing,
-                              Budgets(settings.keys, ledger, settings.spend.warn_at))
+        budgets = Budgets(settings.keys, ledger, settings.spend.warn_at)
+        self.spend = SpendMeter(pricing, ledger, budgets)
+        admission = Admission(keys, self.client_limits, settings.limits, journeys, self.alarms, pricing, budgets)
         egress = Egress(upstreams, self.alarms, router)
         resolver = TargetResolver(settings, upstreams.listed_models)
         chat = Generation(admission, egress, resolver, self.task_router, self.cache, credentials,

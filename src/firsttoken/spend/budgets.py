@@ -1,9 +1,11 @@
-"""Budgets on client keys: USD per UTC day and per UTC month. A request is refused (429, `budget_exceeded`,
-with when the budget resets) when the key's spend so far, plus what its prompt will cost at its first
-target's price, would pass a budget; one that is let in runs to its end (an answer is not cut off
-mid-stream), so concurrent requests admitted together can pass the budget by what they spend together.
-Every answer to a key with a budget says where it stands (`x-firsttoken-budget`), and past `warn_at` of
-a budget, warns (`x-firsttoken-budget-warning`)."""
+"""Budgets on client keys: USD per UTC day and per UTC month. A request is let in only when the most it may
+cost fits in what is left: its prompt (as estimated) and its longest answer (max_tokens) at its first
+target's price, beside what the key has spent and what its requests in flight in this process may still
+spend (held until they end). Otherwise it is refused (429, `budget_exceeded`, with when the budget resets
+and how much is left), so that a key stays within its budget unless the upstream counts more tokens than
+the estimate; a request without max_tokens is held to its prompt alone. Every answer to a key with a
+budget says where it stands (`x-firsttoken-budget`), and past `warn_at` of a budget, warns
+(`x-firsttoken-budget-warning`)."""
 
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ class Budgets:
         self._limits = {k.name: (k.budget.usd_per_day, k.budget.usd_per_month) for k in keys if k.budget is not None}
         self.ledger = ledger
         self.warn_at = warn_at
+        self._held: dict[str, float] = {}  # key → the most its requests in flight here may still cost
 
     def __bool__(self) -> bool:
         return bool(self._limits)
@@ -41,25 +44,36 @@ class Budgets:
     def has(self, key: str) -> bool:
         return key in self._limits
 
-    def check(self, key: str, prompt_usd: float, now: float) -> Headers:
-        """The headers that say where `key` stands; raises the 429 when this request would pass a budget."""
+    def admit(self, key: str, most_usd: float, now: float) -> Headers:
+        """Hold `most_usd` for a request of `key` (release it once the request's cost is counted) and return
+        the headers that say where the key stands; raise the 429 when it would not fit in a budget."""
         limits = self._limits.get(key)
         if limits is None:
             return []
+        held = self._held.get(key, 0.0)
         standing: list[str] = []
         warnings: list[str] = []
         for period in _periods(limits, now):
             spent = self.ledger.spent(key, period.days)
-            if spent + prompt_usd > period.limit:
-                raise _exceeded(key, period, spent, now)
+            if spent + held + most_usd > period.limit:
+                raise _exceeded(key, period, spent, held, most_usd, now)
             standing.append(f"{period.name}={spent:.6f}/{period.limit:g}")
             if spent >= self.warn_at * period.limit:
                 warnings.append(f"{spent / period.limit:.0%} of the {period.name}'s budget of ${period.limit:g} is "
                                 f"spent; it resets at {period.describe_reset(now)}")
+        self._held[key] = held + most_usd
         headers = [(b"x-firsttoken-budget", "; ".join(standing).encode())]
         if warnings:
             headers.append((b"x-firsttoken-budget-warning", "; ".join(warnings).encode()))
         return headers
+
+    def release(self, key: str, usd: float) -> None:
+        """A request's hold, once its cost is in the ledger's count."""
+        left = self._held.get(key, 0.0) - usd
+        if left > 1e-12:
+            self._held[key] = left
+        else:
+            self._held.pop(key, None)
 
 
 def _periods(limits: tuple[float | None, float | None], now: float) -> list[Period]:
@@ -76,10 +90,14 @@ def _periods(limits: tuple[float | None, float | None], now: float) -> list[Peri
     return periods
 
 
-def _exceeded(key: str, period: Period, spent: float, now: float) -> GatewayError:
+def _exceeded(key: str, period: Period, spent: float, held: float, most: float, now: float) -> GatewayError:
     wait = max(int(period.resets - now) + 1, 1)
-    return GatewayError(429, f"The client key {key!r} has spent ${spent:.4f} of its ${period.limit:g} budget for the "
-                             f"{period.name}; it resets at {period.describe_reset(now)}.",
+    left = max(period.limit - spent - held, 0.0)
+    why = (f"this request may cost up to ${most:.4f} (its prompt and max_tokens), and ${left:.4f} is left"
+           if most > 0 and spent + held < period.limit else f"it has spent ${spent:.4f}")
+    return GatewayError(429, f"The client key {key!r} is at its ${period.limit:g} budget for the {period.name}: "
+                             f"{why}{f' with ${held:.4f} held by its requests in flight' if held else ''}. The "
+                             f"budget resets at {period.describe_reset(now)}.",
                         "insufficient_quota", code="budget_exceeded",
                         headers={"Retry-After": str(wait), "x-should-retry": "false",  # the SDKs would retry a 429
                                  "x-firsttoken-budget-resets": time.strftime("%Y-%m-%dT%H:%M:%SZ",

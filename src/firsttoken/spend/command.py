@@ -87,7 +87,7 @@ def print_report(report: dict[str, Any], path: str, console: Console) -> None:
         notes.append(f"{total['unpriced_requests']:,} requests went to routes with no price (*): give them one "
                      f"under spend.prices")
     for note in notes:
-        console.print(note, soft_wrap=True)
+        console.print(note)
     for budget in report["budgets"]:
         limits = [f"${budget['usd_per_day']:g} a day" if budget["usd_per_day"] is not None else "",
                   f"${budget['usd_per_month']:g} a month" if budget["usd_per_month"] is not None else ""]
@@ -96,7 +96,7 @@ def print_report(report: dict[str, Any], path: str, console: Console) -> None:
         console.print(f"budget {budget['key']}: {' and '.join(x for x in limits if x)}; today "
                       f"${budget['today']:.4f}, this month ${budget['this_month']:.4f}"
                       + (f", dearest day {dearest['day']} ${dearest['usd']:.4f}" if dearest else "")
-                      + f": {verdict}", soft_wrap=True)
+                      + f": {verdict}")
 
 
 def _usd(value: float, unpriced: int) -> str:

@@ -10,6 +10,7 @@ from time import perf_counter
 from firsttoken.config import Settings
 from firsttoken.journey.timeline import Timeline
 from firsttoken.prices.shipped import NoPrice, gpu_hour
+from firsttoken.spend.budgets import Budgets
 from firsttoken.spend.cost import GpuRate, Pricing, Rate, TokenRate
 from firsttoken.spend.ledger import SpendLedger, utc_day
 from firsttoken.spend.usage import Tokens
@@ -18,14 +19,22 @@ _NONE = Tokens()
 
 
 class SpendMeter:
-    def __init__(self, pricing: Pricing, ledger: SpendLedger) -> None:
+    def __init__(self, pricing: Pricing, ledger: SpendLedger, budgets: Budgets) -> None:
         self.pricing = pricing
         self.ledger = ledger
+        self.budgets = budgets
 
     def record(self, timeline: Timeline) -> None:
         """A finished request (on the event loop): costed, and counted to its key."""
         if timeline.pricing is None:  # not a generation (count_tokens, the operator's routes)
             return
+        try:
+            self._record(timeline)
+        finally:
+            if timeline.budget_hold:  # counted now (or never going to be): the budget holds it no longer
+                self.budgets.release(timeline.tenant, timeline.budget_hold)
+
+    def _record(self, timeline: Timeline) -> None:
         cost = timeline.cost = self.pricing.cost(timeline)
         self.pricing.speeds.observe(timeline)
         if not (timeline.sent or timeline.cache.from_cache):  # refused, or failed before reaching an upstream
