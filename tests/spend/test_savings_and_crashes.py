@@ -107,3 +107,22 @@ def test_spend_survives_sigkill_and_a_restart_counts_nothing_twice(upstream: Rec
     (requests, total) = db.execute("SELECT sum(requests), sum(usd) FROM days WHERE key = 'capped'").fetchone()
     db.close()
     assert requests == len(counted) + 1 and total == pytest.approx((len(counted) + 1) * GPT_4O_MINI)
+
+
+def test_a_task_sized_down_records_what_the_unsized_model_would_have_cost(upstream: RecordedUpstream,
+                                                                          tmp_path: Path) -> None:
+    settings = recorded_gateway_settings(upstream.url, sizing={
+        "tiers": {"small": ["gpt-4o-mini"], "large": ["claude-sonnet-4-5"]}, "default": "large",
+        "kinds": {"classification": "small"}, "neighbours": False})
+    with GatewayProcess(settings, tmp_path) as gateway:
+        client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=CLIENT_KEY, max_retries=0)
+        raw = client.chat.completions.with_raw_response.create(model="auto", messages=[
+            {"role": "user", "content": "Classify the sentiment of this review as positive or negative: great!"}])
+        assert raw.headers["x-firsttoken-route"] == "oai/gpt-4o-mini-2024-07-18"
+        said = fields(raw.headers["x-firsttoken-cost"])
+        # the same tokens at claude-sonnet-4-5's price: 86 × $3 + 1 920 × $0.30 + 300 × $15 per million
+        unsized = (86 * 3 + 1920 * 0.3 + 300 * 15) / 1e6
+        assert float(said["usd"]) == pytest.approx(GPT_4O_MINI, abs=1e-8) and said["saved-by"] == "sized"
+        assert float(said["saved-usd"]) == pytest.approx(unsized - GPT_4O_MINI, abs=1e-8)
+        [row] = ledger_rows(gateway.workdir)
+        assert row["saved_by"] == "sized" and row["saved_usd"] == pytest.approx(unsized - GPT_4O_MINI)

@@ -92,7 +92,8 @@ class Generation:
         parsed = self.format.parse(original, scope["headers"], timeline.tenant)
         body, model, stream = parsed.chat, parsed.model, parsed.stream
         timeline.model, timeline.stream, timeline.api = model, stream, self.format.name
-        request = ChatRequest(scope, receive, body, model, stream, await self._targets(scope, body, model, base),
+        request = ChatRequest(scope, receive, body, model, stream, await self._targets(scope, body, model, base,
+                                                                                   timeline),
                               self.format, parsed.native, parsed.keyed, parsed.untranslatable)
         if parsed.untranslatable is not None and not any(
                 self.egress.upstreams[t.upstream].adapter.speaks(self.format.name) for t in request.targets):
@@ -106,14 +107,20 @@ class Generation:
         finally:
             await self.admission.settle(charge, timeline)
 
-    async def _targets(self, scope: Scope, body: dict[str, Any], model: str, base: Headers) -> list[Target]:
-        """The targets of the model asked for; for the sizing alias, of the tier the request is sized to."""
+    async def _targets(self, scope: Scope, body: dict[str, Any], model: str, base: Headers,
+                       timeline: Timeline) -> list[Target]:
+        """The targets of the model asked for; for the sizing alias, of the tier the request is sized to (and
+        when that is not the default tier, the route it would have taken, for what sizing saved)."""
         sizing = self.sizing
         if sizing is None or model != sizing.settings.alias:
             return self.resolver.resolve(model)
         tier, sized = await sizing.decide(scope["headers"], body)
         base.append((b"x-firsttoken-size", sized))
-        return [target for name in sizing.settings.tiers[tier] for target in self.resolver.resolve(name)]
+        tiers, default = sizing.settings.tiers, sizing.settings.default
+        if tier != default:
+            unsized = self.resolver.resolve(tiers[default][0])
+            timeline.sized_from = unsized[0].label if unsized else ""
+        return [target for name in tiers[tier] for target in self.resolver.resolve(name)]
 
     async def _answer(self, request: ChatRequest, reply: Reply) -> None:
         """From the cache, from the identical request in flight, or from upstream (leading the identical

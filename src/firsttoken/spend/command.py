@@ -61,7 +61,7 @@ def print_report(report: dict[str, Any], path: str, console: Console) -> None:
     grouping = GROUPINGS[report["by"]]
     names = ["model" if c == "route" else c for c in grouping]
     console.print(f"Spend from {report['since']} to {report['until']} (UTC days)"
-                  + (f", key {report['key']}" if report["key"] else "") + f"\nledger: {path}", soft_wrap=True)
+                  + (f", key {report['key']}" if report["key"] else "") + f"\nledger: {path}")
     table = Table(box=None, pad_edge=False, header_style="bold")
     for name in names:
         table.add_column(name, overflow="fold", max_width=28)

@@ -145,11 +145,11 @@ class Pricing:
         if not timeline.sized_from or usd is None:
             return Cost(tokens, estimated, usd)
         unsized = self._usd(self.rate(timeline.sized_from), tokens, timeline)
-        if unsized is None:
+        if unsized is None or unsized <= usd:  # sized to a tier that costs no less: nothing saved
             return Cost(tokens, estimated, usd)
         expected = self.speeds.seconds(timeline.sized_from, tokens.output)
         taken = _seconds(timeline)
-        return Cost(tokens, estimated, usd, "sized", 0, max(unsized - usd, 0.0),
+        return Cost(tokens, estimated, usd, "sized", 0, unsized - usd,
                     None if expected is None else max(expected - taken, 0.0))
 
     def _reused(self, timeline: Timeline) -> Cost:
