@@ -300,12 +300,7 @@ class Limits(_Strict):
         "open", description="while that Redis cannot be reached: let limited keys' requests through, uncounted "
                             "(open), or refuse them with a 503 until it is back (closed)")
 
-    @field_validator("redis")
-    @classmethod
-    def _redis(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError("must be a Redis URL: redis://host:6379/0 (or rediss://, unix://)")
-        return value
+    _redis = field_validator("redis")(lambda cls, value: _redis_url(value))
 
 
 class Price(_Strict):
@@ -335,8 +330,11 @@ class SpendSettings(_Strict):
                                                               "key's daily totals; null: kept in memory only")
     max_age_days: float = Field(400.0, gt=0, description="how long each request's row is kept (daily totals stay)")
     warn_at: float = Field(0.8, gt=0, le=1, description="the share of a budget past which answers warn")
+    redis: str | None = Field(None, description="keys' budgets kept in Redis, shared by replicas: redis://…")
     prices: dict[str, Price] = Field(default_factory=dict, description="by upstream/model, or by model on any "
                                                                        "upstream: these win over the shipped table")
+
+    _redis = field_validator("redis")(lambda cls, value: _redis_url(value))
 
 
 class Streaming(_Strict):
@@ -508,9 +506,16 @@ class Settings(_Strict):
         if self.journeys.otlp is not None:
             found += [value.get_secret_value() for value in self.journeys.otlp.headers.values()]
         found += _url_secrets(self.limits.redis or "") + _url_secrets(self.cache.url or "")
+        found += _url_secrets(self.spend.redis or "")
         if self.admin_key is not None:
             found.append(self.admin_key.get_secret_value())
         return found
+
+
+def _redis_url(value: str | None) -> str | None:
+    if value is not None and not value.startswith(("redis://", "rediss://", "unix://")):
+        raise ValueError("must be a Redis URL: redis://host:6379/0 (or rediss://, unix://)")
+    return value
 
 
 _AUTH_SCHEMES = frozenset({"bearer", "basic", "token", "negotiate", "digest", "apikey"})

@@ -105,7 +105,7 @@ def test_a_client_key_sees_only_its_own_spend(gateway: GatewayProcess) -> None:
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "by"
 
 
-def test_budgets_reset_at_the_turn_of_the_utc_day_and_month_and_survive_a_restart(tmp_path: Path) -> None:
+async def test_budgets_reset_at_the_turn_of_the_utc_day_and_month_and_survive_a_restart(tmp_path: Path) -> None:
     year, month = time.gmtime()[:2]
     days = calendar.monthrange(year, month)[1]
     noon = [calendar.timegm((year, month, day, 12, 0, 0)) for day in range(1, days + 1)]
@@ -120,19 +120,19 @@ def test_budgets_reset_at_the_turn_of_the_utc_day_and_month_and_survive_a_restar
     keys = [ClientKey(name="team", key="team-key-12345678", budget={"usd_per_day": 3, "usd_per_month": 5.5})]
     budgets = Budgets(keys, ledger)
 
-    def refusal(at: float) -> str | None:
+    async def refusal(at: float) -> str | None:
         try:
-            budgets.admit("team", 0.0001, at)
-            budgets.release("team", 0.0001)
+            await budgets.admit("team", 0.0001, at, "req")
+            await budgets.settle("team", "req", 0.0001, 0.0, utc_day(at))
         except GatewayError as error:
             assert error.status == 429 and error.code == "budget_exceeded"
             return error.message
         return None
 
-    assert refusal(noon[0]) is None  # $2.60 of the day's $3
-    assert "for the day" in (refusal(noon[1]) or "")  # $3 spent that day
-    assert "for the month" in (refusal(noon[2]) or "")  # a new day, but $5.60 of the month's $5.50
-    assert "for the day" in (refusal(last_second) or "")  # its day: checked first
-    assert refusal(next_month) is None  # the 1st, 00:00:00 UTC: both budgets anew
-    standing = budgets.admit("team", 0.0001, next_month)
+    assert await refusal(noon[0]) is None  # $2.60 of the day's $3
+    assert "for the day" in (await refusal(noon[1]) or "")  # $3 spent that day
+    assert "for the month" in (await refusal(noon[2]) or "")  # a new day, but $5.60 of the month's $5.50
+    assert "for the day" in (await refusal(last_second) or "")  # its day: checked first
+    assert await refusal(next_month) is None  # the 1st, 00:00:00 UTC: both budgets anew
+    standing = await budgets.admit("team", 0.0001, next_month, "req")
     assert standing == [(b"x-firsttoken-budget", b"day=0.000000/3; month=0.000000/5.5")]

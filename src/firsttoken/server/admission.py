@@ -43,7 +43,7 @@ class Admission:
         self.journeys.add(timeline)
         return validate.parse_json_object(await read_body(scope, receive, self.limits.max_body_bytes), self.limits)
 
-    def priced(self, timeline: Timeline, body: dict[str, Any], base: Headers, route: str) -> None:
+    async def priced(self, timeline: Timeline, body: dict[str, Any], base: Headers, route: str) -> None:
         """The request will be costed at the end (spend/meter.py); refused here (429) when the most it may
         cost (its prompt and max_tokens at the price of `route`, its first target) does not fit in its key's
         budget. Its answer will say where the key's budgets stand."""
@@ -53,7 +53,7 @@ class Admission:
             rate = self.pricing.rate(route)
             most = rate.usd(Tokens(timeline.prompt_estimate, answer_limit(body))) if isinstance(rate, TokenRate) \
                 else 0.0  # a GPU-hour's share is known only once the request has taken it
-            base += self.budgets.admit(timeline.tenant, most, time.time())
+            base += await self.budgets.admit(timeline.tenant, most, time.time(), timeline.request_id)
             timeline.budget_hold = most
 
     async def admit(self, scope: Scope, timeline: Timeline, body: dict[str, Any], stream: bool) -> Charge | None:

@@ -72,6 +72,7 @@ from firsttoken.sim.embedded import describe as describe_region
 from firsttoken.spend.budgets import Budgets
 from firsttoken.spend.ledger import SpendLedger
 from firsttoken.spend.meter import SpendMeter, pricing_for
+from firsttoken.spend.shared import SharedSpend
 from firsttoken.upstream.metrics import PoolCollector
 from firsttoken.upstream.registry import Upstreams
 
@@ -132,7 +133,9 @@ class Gateway:
         keys = ClientKeys(settings.keys, settings.admin_key)
         pricing = pricing_for(settings, SIM_UPSTREAM if simulated is not None else None)
         ledger = SpendLedger(settings.spend.log, settings.spend.max_age_days)
-        budgets = Budgets(settings.keys, ledger, settings.spend.warn_at)
+        budgets = Budgets(settings.keys, ledger, settings.spend.warn_at,
+                          SharedSpend(settings.spend.redis) if settings.spend.redis and any(
+                              k.budget for k in settings.keys) else None)
         self.spend = SpendMeter(pricing, ledger, budgets)
         admission = Admission(keys, self.client_limits, settings.limits, journeys, self.alarms, pricing, budgets)
         egress = Egress(upstreams, self.alarms, router)
@@ -258,6 +261,8 @@ class Gateway:
                 if self.cache is not None:
                     await self.cache.close()  # and the last answers the cache
                 await self.client_limits.close()
+                if self.spend.budgets.shared is not None:
+                    await self.spend.budgets.shared.close()
                 if self.sink.shared is not None:
                     await self.sink.shared.close()
                 if self.response_store is not None:
@@ -315,7 +320,7 @@ class Gateway:
         finally:
             if timeline.tenant:  # a journey: it reached the point of being somebody's request
                 timeline.last_byte = timeline.last_byte or perf_counter()
-                self.spend.record(timeline)
+                await self.spend.record(timeline)
                 self.sink.put(timeline)
             if self.access_log:
                 access_log.record(scope, timeline)

@@ -36,7 +36,7 @@ class Catalog:
         timeline.operation = timeline.api = "embeddings"
         timeline.model = validate.embeddings_request(body)
         targets = self.resolver.resolve(timeline.model)
-        self.admission.priced(timeline, body, base, targets[0].label if targets else "")
+        await self.admission.priced(timeline, body, base, targets[0].label if targets else "")
         reply = Reply(send, base, timeline, self.egress.alarms, self.streaming)
         charge = await self.admission.admit(scope, timeline, body, False)
         try:

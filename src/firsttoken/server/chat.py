@@ -98,7 +98,7 @@ class Generation:
         if parsed.untranslatable is not None and not any(
                 self.egress.upstreams[t.upstream].adapter.speaks(self.format.name) for t in request.targets):
             raise parsed.untranslatable  # no target could take it: say so before anything else
-        self.admission.priced(timeline, body, base, request.targets[0].label if request.targets else "")
+        await self.admission.priced(timeline, body, base, request.targets[0].label if request.targets else "")
         reply = Reply(send, base, timeline, self.egress.alarms, self.streaming, client_wants_usage(body),
                       parsed.answering)
         charge = await self.admission.admit(scope, timeline, body, stream)

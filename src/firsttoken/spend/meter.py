@@ -24,27 +24,23 @@ class SpendMeter:
         self.ledger = ledger
         self.budgets = budgets
 
-    def record(self, timeline: Timeline) -> None:
-        """A finished request (on the event loop): costed, and counted to its key."""
+    async def record(self, timeline: Timeline) -> None:
+        """A finished request (on the event loop): costed, and counted to its key (and its budget)."""
         if timeline.pricing is None:  # not a generation (count_tokens, the operator's routes)
             return
-        try:
-            self._record(timeline)
-        finally:
-            if timeline.budget_hold:  # counted now (or never going to be): the budget holds it no longer
-                self.budgets.release(timeline.tenant, timeline.budget_hold)
-
-    def _record(self, timeline: Timeline) -> None:
         cost = timeline.cost = self.pricing.cost(timeline)
         self.pricing.speeds.observe(timeline)
-        if not (timeline.sent or timeline.cache.from_cache):  # refused, or failed before reaching an upstream
-            return
         at = time.time() - (perf_counter() - timeline.received)
-        tokens = cost.tokens or _NONE
-        self.ledger.record((timeline.request_id, at, utc_day(at), timeline.tenant, timeline.route, timeline.api,
-                            tokens.input, tokens.cached_input, tokens.cache_write, tokens.output, tokens.reasoning,
-                            int(cost.estimated), cost.usd, cost.saved_by or None, cost.saved_tokens, cost.saved_usd,
-                            cost.saved_s))
+        day = utc_day(at)
+        if timeline.sent or timeline.cache.from_cache:  # not refused, nor failed before reaching an upstream
+            tokens = cost.tokens or _NONE
+            self.ledger.record((timeline.request_id, at, day, timeline.tenant, timeline.route, timeline.api,
+                                tokens.input, tokens.cached_input, tokens.cache_write, tokens.output,
+                                tokens.reasoning, int(cost.estimated), cost.usd, cost.saved_by or None,
+                                cost.saved_tokens, cost.saved_usd, cost.saved_s))
+        if timeline.budget_hold or self.budgets.has(timeline.tenant):
+            await self.budgets.settle(timeline.tenant, timeline.request_id, timeline.budget_hold, cost.usd or 0.0,
+                                      day)
 
 
 def pricing_for(settings: Settings, simulated_upstream: str | None) -> Pricing:
