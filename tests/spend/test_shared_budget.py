@@ -5,6 +5,7 @@ and not one more; what they spend is the budget's, not twice it."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 
@@ -38,8 +39,14 @@ def upstream() -> Iterator[RecordedUpstream]:
         yield server
 
 
-def spent(gateways: list[GatewayProcess], name: str) -> list[dict]:
-    return [row for gateway in gateways for row in ledger_rows(gateway.workdir, "key = ?", name, at_least=0)]
+def spent(gateways: list[GatewayProcess], name: str, answered: int) -> list[dict]:
+    """Both replicas' rows of `name`, once the `answered` requests are all committed (or five seconds)."""
+    deadline = time.monotonic() + 5
+    while True:
+        rows = [row for gateway in gateways for row in ledger_rows(gateway.workdir, "key = ?", name, at_least=0)]
+        if len(rows) >= answered or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.05)
 
 
 def test_one_after_another_on_either_replica(upstream: RecordedUpstream, redis_server: RedisServer,
@@ -53,7 +60,7 @@ def test_one_after_another_on_either_replica(upstream: RecordedUpstream, redis_s
         for client in clients:
             with pytest.raises(anthropic.RateLimitError, match="budget for the day"):
                 client.messages.create(**ASK)
-        rows = spent(gateways, "one-by-one")
+        rows = spent(gateways, "one-by-one", 3)
         assert len(rows) == 3 and sum(r["usd"] for r in rows) == pytest.approx(3 * CLAUDE)
 
 
@@ -81,7 +88,7 @@ def test_all_at_once_on_both_replicas(upstream: RecordedUpstream, redis_server: 
                 thread.join(15)
             assert sorted(outcomes) == ["answered"] * 3 + ["refused"] * 5
             assert 3 * MOST <= budget < 4 * MOST
-            rows = spent(gateways, "at-once")
+            rows = spent(gateways, "at-once", 3)
             assert len(rows) == 3 and sum(r["usd"] for r in rows) <= budget
     finally:
         upstream.delay_s = 0.0

@@ -58,6 +58,7 @@ class Journey:
     hedge: str = ""  # "hedge-of=<the first target>" when a hedge won, "hedged-by=<the hedge>" when it lost
     error: dict[str, str] | None = None  # {"code", "message"}: an error answered, or a stream broken after its 200
     api: str = "chat"  # the API the client spoke: chat | messages | responses | embeddings
+    cost: dict[str, Any] | None = None  # what it cost and what the edge saved it (spend/cost.py's Cost.as_dict)
     verdict: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -127,7 +128,7 @@ def attribute(timeline: Timeline) -> Journey:
                       upstream_timing, timeline.handshake.as_dict() if timeline.handshake is not None else None,
                       timeline.cache.header(timeline.similarity).decode(), timeline.hedge.decode().removeprefix("; "),
                       {"code": timeline.error_code, "message": timeline.error} if timeline.error_code else None,
-                      timeline.api)
+                      timeline.api, timeline.cost.as_dict() if timeline.cost is not None else None)
     return Journey(**{**journey.__dict__, "verdict": verdict(journey, provider)})
 
 

@@ -108,6 +108,7 @@ def live_journey(timeline: Timeline, p: Phases, at: float) -> dict[str, Any]:
         "upstream_timing": timeline.declared, "handshake": None,
         "cache": timeline.cache.header(timeline.similarity).decode(),
         "hedge": timeline.hedge.decode().removeprefix("; "),
+        "cost": timeline.cost.as_dict() if timeline.cost is not None else None,
         "error": {"code": timeline.error_code, "message": timeline.error} if timeline.error_code else None,
         "api": timeline.api, "verdict": None, "phases": phases_on_the_wire(p)}
 

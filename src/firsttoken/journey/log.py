@@ -37,7 +37,10 @@ CREATE TABLE IF NOT EXISTS journeys (
     error_code TEXT, error TEXT,    -- how it failed: an error answered, or a stream broken after its 200
     cached_tokens INTEGER,          -- of the input, what the provider's prompt cache served
     api TEXT,                       -- the API the client spoke: chat | messages | responses | embeddings
-    cache_outcome TEXT              -- x-firsttoken-cache: bypass, miss, hit, hit; joined, semantic-hit; similarity=…
+    cache_outcome TEXT,             -- x-firsttoken-cache: bypass, miss, hit, hit; joined, semantic-hit; similarity=…
+    input_tokens INTEGER,           -- the upstream's usage (cached_tokens is of these)
+    usd REAL,                       -- what it cost (NULL: its route has no price); the spend ledger has the rest
+    saved_usd REAL                  -- what the edge (cache, single flight, sizing) saved it
 );
 CREATE INDEX IF NOT EXISTS journeys_at ON journeys (at);
 """
@@ -45,10 +48,10 @@ CREATE INDEX IF NOT EXISTS journeys_at ON journeys (at);
 COLUMNS = ("id", "at", "tenant", "model", "route", "upstream", "stream", "status", "attempts", "reused",
            "client_rtt", "gateway", "cache", "connect", "ttfb", "rtt", "floor", "distance_tax", "queue_prefill",
            "ttft", "decode", "e2e", "output_tokens", "tokens_per_s", "itl_max", "upstream_timing", "hedge",
-           "error_code", "error", "pool", "cached_tokens", "api", "cache_outcome")
+           "error_code", "error", "pool", "cached_tokens", "api", "cache_outcome", "input_tokens", "usd", "saved_usd")
 # Columns added since the first schema, which a file written before them gains when it is opened.
 _ADDED = {"hedge": "TEXT", "error_code": "TEXT", "error": "TEXT", "pool": "REAL", "cached_tokens": "INTEGER",
-          "api": "TEXT", "cache_outcome": "TEXT"}
+          "api": "TEXT", "cache_outcome": "TEXT", "input_tokens": "INTEGER", "usd": "REAL", "saved_usd": "REAL"}
 
 # Rows go in as multi-row INSERTs of 2**k rows each (at most 256: 6 656 parameters, under SQLite's
 # 32 766): sqlite3 lets go of the GIL once per statement, and executemany's once per row made the
@@ -79,13 +82,15 @@ def connect(path: str | Path) -> sqlite3.Connection:
 
 def row(timeline: Timeline, p: Phases, at: float) -> tuple[Any, ...]:
     """The log's row for a finished request: its phases and facts, no verdict (that is words, made on reading)."""
+    cost = timeline.cost
     return (timeline.request_id, at, timeline.tenant, timeline.model, timeline.route, timeline.upstream,
             int(timeline.stream), timeline.status, timeline.attempts, int(timeline.reused),
             p.client_rtt, p.gateway, p.cache, p.connect, p.ttfb, p.rtt, p.floor, p.distance_tax, p.queue_prefill,
             p.ttft, p.decode, p.e2e, timeline.output_tokens, tokens_per_s(timeline, p),
             timeline.max_gap * 1000.0 if timeline.token_events > 1 else None, timeline.upstream_timing,
             timeline.hedge.decode().removeprefix("; ") or None, timeline.error_code or None, timeline.error or None,
-            p.pool, timeline.cached_tokens, timeline.api, timeline.cache.header(timeline.similarity).decode())
+            p.pool, timeline.cached_tokens, timeline.api, timeline.cache.header(timeline.similarity).decode(),
+            timeline.input_tokens, cost.usd if cost is not None else None, cost.saved_usd if cost is not None else None)
 
 
 class JourneyLog:

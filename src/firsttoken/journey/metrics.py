@@ -8,6 +8,7 @@ is cheap); read at scrape time.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -16,6 +17,9 @@ from firsttoken.cache.outcome import CacheOutcome
 from firsttoken.journey.attribution import Phases
 from firsttoken.journey.instruments import CounterFamily, HistogramFamily, Series
 from firsttoken.journey.timeline import Timeline
+
+if TYPE_CHECKING:
+    from firsttoken.spend.cost import Cost
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 _LABELS = ("gen_ai_operation_name", "gen_ai_request_model", "firsttoken_upstream")
@@ -67,7 +71,19 @@ class Metrics:
         self.cache = CounterFamily("firsttoken_cache_requests", "Requests by edge-cache outcome.", ("result",))
         self.prompt_cached = CounterFamily("firsttoken_upstream_cached_input_tokens", "Input tokens the "
                                            "upstream's own prompt cache served, by its usage counts.", _LABELS)
-        for family in (self.duration, self.ttft, self.tpot, self.tokens, self.phase, self.cache, self.prompt_cached):
+        # Spend, by client key and route: what went upstream (its tokens by kind, and the money) and what the
+        # edge saved (cache hits, joined requests, tasks sized down).
+        self.usd = CounterFamily("firsttoken_cost_usd", "USD requests cost upstream, by the price table.",
+                                 ("firsttoken_key", "firsttoken_route"))
+        self.spent_tokens = CounterFamily("firsttoken_tokens", "Tokens requests used upstream, by kind: input, "
+                                          "cached_input, cache_write (of the input), output, reasoning (of the "
+                                          "output).", ("firsttoken_key", "firsttoken_route", "gen_ai_token_type"))
+        self.saved_usd = CounterFamily("firsttoken_saved_usd", "USD the edge saved requests.",
+                                       ("firsttoken_key", "firsttoken_route", "saved_by"))
+        self.saved_tokens = CounterFamily("firsttoken_saved_tokens", "Tokens the edge kept from upstreams.",
+                                          ("firsttoken_key", "firsttoken_route", "saved_by"))
+        for family in (self.duration, self.ttft, self.tpot, self.tokens, self.phase, self.cache, self.prompt_cached,
+                       self.usd, self.spent_tokens, self.saved_usd, self.saved_tokens):
             self.registry.register(family)
         # The series one kind of request updates, found with one lookup: looking each up by its labels
         # cost more than the rest of the journey's accounting (54 k instructions a request, counted).
@@ -79,6 +95,8 @@ class Metrics:
         if series is None:
             series = self._series[key] = self._series_for(timeline)
         self.cache.inc(_CACHE_RESULTS[timeline.cache])
+        if timeline.cost is not None:
+            self._spent(timeline, timeline.cost)
         error = str(timeline.status) if timeline.status >= 400 else timeline.error_code  # a stream broken after 200
         if error:
             self.duration.of(*series.labels, error).observe(p.e2e / 1000)
@@ -118,3 +136,18 @@ class Metrics:
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+    def _spent(self, timeline: Timeline, cost: Cost) -> None:
+        key, route = timeline.tenant, timeline.route
+        if cost.usd:
+            self.usd.add(cost.usd, key, route)
+        tokens = cost.tokens
+        if tokens is not None:
+            for kind, count in (("input", tokens.input), ("cached_input", tokens.cached_input),
+                                ("cache_write", tokens.cache_write), ("output", tokens.output),
+                                ("reasoning", tokens.reasoning)):
+                if count:
+                    self.spent_tokens.add(count, key, route, kind)
+        if cost.saved_by:
+            self.saved_usd.add(cost.saved_usd, key, route, cost.saved_by)
+            self.saved_tokens.add(cost.saved_tokens, key, route, cost.saved_by)

@@ -62,6 +62,19 @@ class OtlpExporter:
             attributes["gen_ai.usage.input_tokens"] = t.input_tokens
         if t.cached_tokens is not None:
             attributes["gen_ai.usage.cache_read.input_tokens"] = t.cached_tokens
+        if t.cache_write_tokens:
+            attributes["gen_ai.usage.cache_creation.input_tokens"] = t.cache_write_tokens
+        if t.reasoning_tokens:
+            attributes["firsttoken.usage.reasoning_tokens"] = t.reasoning_tokens
+        cost = t.cost
+        if cost is not None:
+            if cost.usd is not None:
+                attributes["firsttoken.cost.usd"] = cost.usd
+            if cost.estimated:
+                attributes["firsttoken.cost.estimated"] = True
+            if cost.saved_by:
+                attributes.update({"firsttoken.saved.by": cost.saved_by, "firsttoken.saved.usd": cost.saved_usd,
+                                   "firsttoken.saved.tokens": cost.saved_tokens})
         for name, value in (("rtt", p.rtt), ("floor", p.floor), ("client_rtt", p.client_rtt),
                             ("queue_prefill", p.queue_prefill), ("ttft", p.ttft)):
             if value is not None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from time import perf_counter
+from typing import Any
 
 from firsttoken.cache.outcome import CacheOutcome
 from firsttoken.journey.timeline import Timeline
@@ -78,6 +79,16 @@ class Cost:
     saved_tokens: int = 0  # tokens the upstream did not have to process
     saved_usd: float = 0.0
     saved_s: float | None = None  # None: the route's speed is not known yet
+
+    def as_dict(self) -> dict[str, Any]:
+        """As a journey says it (GET /v1/journeys/{id}, the dashboard)."""
+        t = self.tokens
+        return {"usd": self.usd, "estimated": self.estimated,
+                "tokens": None if t is None else {"input": t.input, "cached_input": t.cached_input,
+                                                  "cache_write": t.cache_write, "output": t.output,
+                                                  "reasoning": t.reasoning},
+                "saved": {"by": self.saved_by, "usd": self.saved_usd, "tokens": self.saved_tokens,
+                          "seconds": self.saved_s} if self.saved_by else None}
 
     def header(self) -> bytes:
         """The x-firsttoken-cost value: `usd=…; input=…; output=…`, and what was saved."""
