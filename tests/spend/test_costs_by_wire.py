@@ -10,8 +10,10 @@ import time
 from collections.abc import Iterator
 
 import anthropic
+import httpx
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import ADMIN, CLIENT_KEY
 from support.gateway_process import GatewayProcess
@@ -126,3 +128,24 @@ def test_the_days_totals_are_the_rows_sum_and_v1_spend_says_them(gateway: Gatewa
                                                                            "params": {"by": "model"}})
     assert {row["model"]: row["usd"] for row in report["rows"]} == pytest.approx(by_rows)
     assert report["total"]["tokens"]["input"] > 0 and report["budgets"] == []
+
+
+def test_the_journey_and_the_metrics_say_the_cost(gateway: GatewayProcess) -> None:
+    raw = openai_client(gateway).chat.completions.with_raw_response.create(
+        model="gpt-4o-mini", messages=[{"role": "user", "content": "Hi"}])
+    journey = httpx.get(f"{gateway.url}/v1/journeys/{raw.headers['x-request-id']}", headers=ADMIN).json()
+    assert journey["cost"]["usd"] == pytest.approx(GPT_4O_MINI) and journey["cost"]["saved"] is None
+    assert journey["cost"]["tokens"] == {"input": 2006, "cached_input": 1920, "cache_write": 0, "output": 300,
+                                         "reasoning": 256}
+    time.sleep(0.2)  # the sink's batch
+    families = {f.name: f for f in text_string_to_metric_families(
+        httpx.get(gateway.url + "/metrics", headers=ADMIN).text)}
+    usd = {s.labels["firsttoken_route"]: s.value for s in families["firsttoken_cost_usd"].samples
+           if s.name.endswith("_total") and s.labels["firsttoken_key"] == "app"}
+    db = sqlite3.connect(gateway.workdir / "firsttoken-spend.db")
+    counted = dict(db.execute("SELECT route, sum(usd) FROM requests WHERE key = 'app' GROUP BY route").fetchall())
+    db.close()
+    assert usd == pytest.approx(counted)
+    reasoning = [s.value for s in families["firsttoken_tokens"].samples
+                 if s.labels.get("gen_ai_token_type") == "reasoning" and s.name.endswith("_total")]
+    assert sum(reasoning) > 0
