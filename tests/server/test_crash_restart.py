@@ -23,7 +23,7 @@ from support.gateway_process import GatewayProcess
 CRASHES = 20
 CLIENTS = 6
 AUTH = {"authorization": f"Bearer {CLIENT_KEY}"}
-FILES = ("firsttoken-cache.db", "firsttoken-journeys.db", "firsttoken-responses.db")
+FILES = ("firsttoken-cache.db", "firsttoken-journeys.db", "firsttoken-responses.db", "firsttoken-spend.db")
 # The cache writes what it keeps every 0.2 s (cache/stores.py), in one transaction: an answer older than this
 # at the kill was committed, and must be in the file afterwards.
 COMMITTED_AFTER_S = 0.6
