@@ -119,6 +119,7 @@ def regions_and_gateway(work: Path, port: int) -> Iterator[tuple[str, list[int]]
             "routing": {"ordered": ["raced"], "hedge": {"max_s": HEDGE_AFTER_S, "budget": 1.0}},
             "cache": {"path": str(work / "cache.db")},
             "journeys": {"log": str(work / "journeys.db")},
+            "spend": {"log": str(work / "spend.db")},
             "responses": {"store": None},
         }
         (work / "firsttoken.yaml").write_text(yaml.safe_dump(config))

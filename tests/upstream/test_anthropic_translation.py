@@ -244,7 +244,7 @@ def test_text_answer() -> None:
     assert out["choices"] == [{"index": 0, "logprobs": None, "finish_reason": "stop",
                                "message": {"role": "assistant", "content": "Hello there"}}]
     assert out["usage"] == {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15,
-                            "prompt_tokens_details": {"cached_tokens": 0}}
+                            "prompt_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0}}
 
 
 def test_tool_use_and_thinking_answer_with_cache_usage() -> None:
@@ -258,7 +258,7 @@ def test_tool_use_and_thinking_answer_with_cache_usage() -> None:
         "tool_calls": [{"id": "toolu_1", "type": "function",
                         "function": {"name": "get_weather", "arguments": '{"city":"Lagos"}'}}]}
     assert out["usage"] == {"prompt_tokens": 1110, "completion_tokens": 5, "total_tokens": 1115,
-                            "prompt_tokens_details": {"cached_tokens": 1000}}
+                            "prompt_tokens_details": {"cached_tokens": 1000, "cache_write_tokens": 100}}
 
 
 @pytest.mark.parametrize(("stop_reason", "finish"), [
@@ -350,7 +350,7 @@ def test_stream_translation(end: str, space: str) -> None:
     assert [c["choices"][0]["finish_reason"] for c in chunks] == [None] * 8 + ["tool_calls"]
     assert final["choices"] == []
     assert final["usage"] == {"prompt_tokens": 30, "completion_tokens": 42, "total_tokens": 72,
-                              "prompt_tokens_details": {"cached_tokens": 8}}
+                              "prompt_tokens_details": {"cached_tokens": 8, "cache_write_tokens": 2}}
 
 
 def test_stream_without_usage_ends_with_done_only() -> None:
@@ -461,7 +461,7 @@ async def test_streamed_text_through_the_upstream(line_ending: str) -> None:
     assert result["content"] == "You said: hello there friend"
     assert result["finish_reason"] == "stop" and result["done"] and result["error"] is None
     assert result["usage"] == {"prompt_tokens": 30, "completion_tokens": 5, "total_tokens": 35,
-                               "prompt_tokens_details": {"cached_tokens": 5}}
+                               "prompt_tokens_details": {"cached_tokens": 5, "cache_write_tokens": 0}}
 
 
 async def test_streamed_tool_call_and_its_result_through_the_upstream(server: AnthropicTestServer) -> None:
