@@ -8,8 +8,8 @@ ran. A SIGKILL loses only the requests not yet committed: at most those that end
 few milliseconds. The per-day totals are kept by a trigger in the same transaction as the row, and the
 row's key is the request's id (INSERT OR IGNORE), so a request is never counted twice.
 
-Budgets read the totals from memory (`spent`): what every process sharing the file has committed (read
-back after each commit, and every REFRESH_S for the others' commits), plus what this process has
+Budgets read the totals from memory (`spent`): what has been committed (this process's commits as it
+makes them, and every REFRESH_S every process's, read back from the file), plus what this process has
 recorded and not yet committed. One lock guards those two maps; it is held for dictionary updates only.
 """
 
@@ -133,7 +133,7 @@ class SpendLedger:
 
     def _run(self) -> None:
         assert self._db is not None
-        writes = 0
+        writes, read_back = 0, time.monotonic()
         while True:
             self._wake.wait(REFRESH_S)
             self._wake.clear()
@@ -147,15 +147,31 @@ class SpendLedger:
                     self.failed += len(rows)
                     log.exception("could not write %d requests' spend to %s", len(rows), self.path)
                     continue
+                self._committed_here(rows)
                 writes += 1
                 if writes % 1000 == 1:
                     self._prune(time.time())
-            self._refresh(rows)
+            if time.monotonic() - read_back >= REFRESH_S:  # the spend of other processes sharing the file
+                self._read_back()
+                read_back = time.monotonic()
             if self._stop and not self._queue:
                 return
 
-    def _refresh(self, committed_rows: list[tuple[Any, ...]]) -> None:
-        """Totals read back from the file, and the rows just committed no longer pending: one swap."""
+    def _committed_here(self, rows: list[tuple[Any, ...]]) -> None:
+        """Rows this thread just committed: from pending to committed, in one step under the lock."""
+        with self._lock:
+            for row in rows:
+                key, day, usd = row[_KEY], row[_DAY], row[_USD] or 0.0
+                days = self._committed.setdefault(key, {})
+                days[day] = days.get(day, 0.0) + usd
+                pending = self._pending[key]
+                pending[day] -= usd
+                if abs(pending[day]) < 1e-12:
+                    del pending[day]
+
+    def _read_back(self) -> None:
+        """The totals as the file has them (every process's commits), in place of this process's view of
+        them: what this process has not committed yet stays pending, so nothing is missed or counted twice."""
         try:
             totals = self._read_totals()
         except sqlite3.Error:
@@ -163,11 +179,6 @@ class SpendLedger:
             return
         with self._lock:
             self._committed = totals
-            for row in committed_rows:
-                days = self._pending[row[_KEY]]
-                days[row[_DAY]] -= row[_USD] or 0.0
-                if abs(days[row[_DAY]]) < 1e-12:
-                    del days[row[_DAY]]
 
     def _read_totals(self) -> Totals:
         """This month's and last month's totals (what a budget can ask about), from the file."""
