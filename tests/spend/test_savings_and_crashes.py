@@ -5,6 +5,7 @@ a restart counts nothing twice, and a budget spent before the kill still holds a
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -85,13 +86,15 @@ def test_spend_survives_sigkill_and_a_restart_counts_nothing_twice(upstream: Rec
         assert gateway.process is not None
         gateway.process.kill()  # SIGKILL, the moment the last answer is in
         gateway.process.wait(10)
+    # Durable at the kill: what the thread committed, and what the journal held for the next start.
     db = sqlite3.connect(tmp_path / "firsttoken-spend.db")
     assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
-    counted = [row[0] for row in db.execute("SELECT id FROM requests WHERE key = 'capped'")]
-    assert set(counted) <= set(answered) and len(counted) >= len(answered) - 1  # at most one request behind
-    (total,) = db.execute("SELECT sum(usd) FROM days WHERE key = 'capped'").fetchone()
-    assert total == pytest.approx(len(counted) * GPT_4O_MINI)  # the day's total is its rows', exactly
+    committed = {row[0] for row in db.execute("SELECT id FROM requests WHERE key = 'capped'")}
     db.close()
+    journaled = {json.loads(line)[0] for journal in tmp_path.glob("firsttoken-spend.db.journal-*")
+                 for line in journal.read_text().splitlines()}
+    counted = committed | journaled
+    assert counted <= set(answered) and len(counted) >= len(answered) - 1  # at most one request behind
     with GatewayProcess(settings, tmp_path) as gateway:  # the same files, a new process
         client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=CAPPED_KEY, max_retries=0)
         raw = client.chat.completions.with_raw_response.create(
@@ -105,8 +108,12 @@ def test_spend_survives_sigkill_and_a_restart_counts_nothing_twice(upstream: Rec
                                            messages=[{"role": "user", "content": "a long one"}])
     db = sqlite3.connect(tmp_path / "firsttoken-spend.db")
     (requests, total) = db.execute("SELECT sum(requests), sum(usd) FROM days WHERE key = 'capped'").fetchone()
+    (rows_total,) = db.execute("SELECT sum(usd) FROM requests WHERE key = 'capped'").fetchone()
     db.close()
+    # replayed and committed once each: the day's total is its rows', exactly
     assert requests == len(counted) + 1 and total == pytest.approx((len(counted) + 1) * GPT_4O_MINI)
+    assert total == pytest.approx(rows_total, rel=1e-12)
+    assert not list(tmp_path.glob("firsttoken-spend.db.journal-*"))  # committed, then gone
 
 
 def test_a_task_sized_down_records_what_the_unsized_model_would_have_cost(upstream: RecordedUpstream,

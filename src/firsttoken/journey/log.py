@@ -11,7 +11,6 @@ import sqlite3
 import time
 from collections.abc import Sequence
 from dataclasses import fields
-from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from firsttoken.journey.attribution import Journey, Phases, tokens_per_s, verdic
 from firsttoken.journey.server_timing import parse_server_timing
 from firsttoken.journey.timeline import Timeline
 from firsttoken.private_files import private_file
+from firsttoken.sqlite_rows import RowInserter
 
 # Rows are appended in rowid order and looked up by time, never by id (GET /v1/journeys/{id} reads memory):
 # one index, on a column that only grows, so an insert touches the rightmost pages of two B-trees.
@@ -53,13 +53,7 @@ COLUMNS = ("id", "at", "tenant", "model", "route", "upstream", "stream", "status
 _ADDED = {"hedge": "TEXT", "error_code": "TEXT", "error": "TEXT", "pool": "REAL", "cached_tokens": "INTEGER",
           "api": "TEXT", "cache_outcome": "TEXT", "input_tokens": "INTEGER", "usd": "REAL", "saved_usd": "REAL"}
 
-# Rows go in as multi-row INSERTs of 2**k rows each (at most 256: 6 656 parameters, under SQLite's
-# 32 766): sqlite3 lets go of the GIL once per statement, and executemany's once per row made the
-# event loop and this thread trade the GIL (and, on one core, the CPU) a thousand times a batch, at
-# several times SQLite's own cost per row (measured in docs/benchmarks.md).
-_CHUNKS = (256, 128, 64, 32, 16, 8, 4, 2, 1)
-_ONE_ROW = f"({', '.join('?' * len(COLUMNS))})"
-_INSERTS = {n: f"INSERT INTO journeys ({', '.join(COLUMNS)}) VALUES {', '.join([_ONE_ROW] * n)}" for n in _CHUNKS}
+_ROWS = RowInserter("journeys", COLUMNS)
 
 # sqlite3 binds int, float and str directly, but sends None through its adapter lookup, which fails twice
 # (no `__adapt__`, no `__conform__`) and formats an AttributeError message each time: 3 300 instructions
@@ -103,11 +97,7 @@ class JourneyLog:
 
     def write(self, rows: Sequence[tuple[Any, ...]]) -> None:
         with self.db:
-            start = 0
-            for size in _CHUNKS:
-                while len(rows) - start >= size:
-                    self.db.execute(_INSERTS[size], list(chain.from_iterable(rows[start:start + size])))
-                    start += size
+            _ROWS.insert(self.db, rows)
         self._writes += 1
         if self._writes % 20 == 1:  # now and then is enough for a bound
             self.prune(time.time())

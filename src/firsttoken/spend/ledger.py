@@ -1,16 +1,17 @@
 """The spend ledger: every request's cost in a SQLite file (WAL), and each key's totals by day, so that
 spend survives restarts and crashes, `firsttoken spend` can report it, and budgets can be held to it.
 
-A request's row is written by a thread of the ledger's own as soon as the request ends: the thread
-commits whatever has queued since its last commit (a group commit), so when traffic is light every
-request is its own transaction, and under load a commit carries the few that ended while the last one
-ran. A SIGKILL loses only the requests not yet committed: at most those that ended in the last commit's
-few milliseconds. The per-day totals are kept by a trigger in the same transaction as the row, and the
-row's key is the request's id (INSERT OR IGNORE), so a request is never counted twice.
+A request's row is durable the moment the request ends: it is appended to a write-ahead journal
+(spend/journal.py, one write() on the event loop) and counted in memory. A thread of the ledger's own
+commits the rows in batches every FLUSH_S, then deletes the journal that held them; rows a killed process
+left in its journal are committed by the next process to open the ledger. The per-day totals are kept by
+a trigger in the same transaction as the rows, and a row's key is its request's id (INSERT OR IGNORE), so
+a request is never counted twice, replayed or not.
 
 Budgets read the totals from memory (`spent`): what has been committed (this process's commits as it
 makes them, and every REFRESH_S every process's, read back from the file), plus what this process has
-recorded and not yet committed. One lock guards those two maps; it is held for dictionary updates only.
+recorded and not yet committed. One lock guards those maps and the journal; it is held for dictionary
+updates and one write().
 """
 
 from __future__ import annotations
@@ -19,14 +20,17 @@ import logging
 import sqlite3
 import threading
 import time
-from collections import defaultdict, deque
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from firsttoken.private_files import private_file
+from firsttoken.spend.journal import Journal, orphans
+from firsttoken.sqlite_rows import RowInserter
 
 log = logging.getLogger("firsttoken.spend")
 
+FLUSH_S = 0.2  # how often the thread commits what the journal holds
 REFRESH_S = 0.5  # how often the totals are read back, for the spend of other processes sharing the file
 
 SCHEMA = """
@@ -74,7 +78,7 @@ END;
 
 COLUMNS = ("id", "at", "day", "key", "route", "api", "input_tokens", "cached_input_tokens", "cache_write_tokens",
            "output_tokens", "reasoning_tokens", "estimated", "usd", "saved_by", "saved_tokens", "saved_usd", "saved_s")
-_INSERT = f"INSERT OR IGNORE INTO requests ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
+_ROWS = RowInserter("requests", COLUMNS, "INSERT OR IGNORE")
 _ID, _DAY, _KEY, _USD = COLUMNS.index("id"), COLUMNS.index("day"), COLUMNS.index("key"), COLUMNS.index("usd")
 
 
@@ -103,26 +107,35 @@ class SpendLedger:
         self._lock = threading.Lock()
         self._committed: Totals = {}  # every process's, as last read back from the file
         self._pending: Totals = defaultdict(lambda: defaultdict(float))  # this process's, not yet committed
-        self._queue: deque[tuple[Any, ...]] = deque()
+        self._queue: list[tuple[Any, ...]] = []
+        self._journal: Journal | None = None
         self._wake = threading.Event()
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="spend-ledger", daemon=True)
-        self.written = self.failed = 0
-        if self._db is not None:
+        self.written = self.failed = self.replayed = 0
+        if self.path is not None:
+            self._replay_orphans(self.path)
             self._committed = self._read_totals()
 
     def start(self) -> None:
-        if self._db is not None:
+        if self.path is not None:
+            self._journal = Journal(self.path)
             self._thread.start()
 
     def record(self, row: tuple[Any, ...]) -> None:
-        """A finished request's row (COLUMNS' order), from the event loop: counted at once, written soon."""
-        usd = row[_USD] or 0.0
+        """A finished request's row (COLUMNS' order), from the event loop: counted at once, journaled (durable
+        from here on), committed within FLUSH_S."""
         with self._lock:
-            self._pending[row[_KEY]][row[_DAY]] += usd
-        if self._db is not None:
+            self._pending[row[_KEY]][row[_DAY]] += row[_USD] or 0.0
+            if self._journal is None:  # in memory only (or not started: a tool, a test)
+                return
             self._queue.append(row)
-            self._wake.set()
+            try:
+                self._journal.append(row)
+            except OSError:  # a full disk: the row is still counted, and committed unless the process dies
+                self.failed += 1
+                if self.failed == 1 or self.failed % 10_000 == 0:
+                    log.exception("could not journal a request's spend (%d so far)", self.failed)
 
     def spent(self, key: str, days: tuple[str, ...]) -> float:
         """What `key` has spent on `days` (UTC), committed by any process or recorded here."""
@@ -132,30 +145,50 @@ class SpendLedger:
             return total + (sum(pending.get(day, 0.0) for day in days) if pending else 0.0)
 
     def _run(self) -> None:
-        assert self._db is not None
+        assert self._db is not None and self.path is not None
         writes, read_back = 0, time.monotonic()
         while True:
-            self._wake.wait(REFRESH_S)
-            self._wake.clear()
-            rows = _drain(self._queue)
+            self._wake.wait(FLUSH_S)
+            with self._lock:  # the rows and the journal that holds exactly them, swapped for empty ones
+                rows, self._queue = self._queue, []
+                journal = self._journal
+                if rows and not self._stop:
+                    self._journal = Journal(self.path)
             if rows:
                 try:
                     with self._db:
-                        self._db.executemany(_INSERT, rows)
+                        _ROWS.insert(self._db, rows)
                     self.written += len(rows)
-                except sqlite3.Error:  # a full disk: say so, keep serving; the totals stay in memory
-                    self.failed += len(rows)
+                except sqlite3.Error:  # a full disk: the journal keeps them for the next start
                     log.exception("could not write %d requests' spend to %s", len(rows), self.path)
-                    continue
-                self._committed_here(rows)
-                writes += 1
-                if writes % 1000 == 1:
-                    self._prune(time.time())
+                    if journal is not None and journal is not self._journal:
+                        journal.close()
+                else:
+                    self._committed_here(rows)
+                    writes += 1
+                    if writes % 1000 == 1:
+                        self._prune(time.time())
+                    if journal is not None and journal is not self._journal:
+                        journal.remove()
             if time.monotonic() - read_back >= REFRESH_S:  # the spend of other processes sharing the file
                 self._read_back()
                 read_back = time.monotonic()
-            if self._stop and not self._queue:
-                return
+            if self._stop:
+                with self._lock:
+                    if not self._queue:
+                        if self._journal is not None:
+                            self._journal.remove()
+                            self._journal = None
+                        return
+
+    def _replay_orphans(self, path: Path) -> None:
+        """Rows killed processes journaled and never committed: committed now (each once)."""
+        assert self._db is not None
+        for orphan, rows in orphans(path):
+            with self._db:
+                _ROWS.insert(self._db, rows)
+            self.replayed += len(rows)
+            log.info("committed %d requests' spend that %s held", len(rows), orphan.name)
 
     def _committed_here(self, rows: list[tuple[Any, ...]]) -> None:
         """Rows this thread just committed: from pending to committed, in one step under the lock."""
@@ -197,17 +230,10 @@ class SpendLedger:
             self._db.execute("DELETE FROM requests WHERE at < ?", (now - self.max_age_s,))
 
     def close(self) -> None:
-        """Write what is pending and stop (from a thread: it waits for the writer)."""
+        """Commit what is pending and stop (from a thread: it waits for the writer)."""
         self._stop = True
         self._wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout=10)
         if self._db is not None:
             self._db.close()
-
-
-def _drain(queue: deque[Any]) -> list[Any]:
-    items = []
-    while queue:
-        items.append(queue.popleft())
-    return items
