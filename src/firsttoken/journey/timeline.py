@@ -171,6 +171,14 @@ class Timeline:
             timing += f", cold;dur={cold:.2f}"
         return timing
 
+    def costed(self) -> Cost:
+        """What it cost and saved, worked out once, when it is first said (a whole answer's header, a stream's
+        closing comment) or at its end: the client and the ledger are told the same figure."""
+        if self.cost is None:
+            assert self.pricing is not None, "only a priced request is costed"
+            self.cost = self.pricing.cost(self)
+        return self.cost
+
     def closing_comment(self) -> bytes:
         """The SSE comment that ends every stream, just before `data: [DONE]`: the timings, and what the
         request cost (the x-firsttoken-cost header a whole answer carries)."""
@@ -178,5 +186,5 @@ class Timeline:
         comment = (b": server-timing ttft;dur=%.2f, e2e;dur=%.2f, decode;dur=%.2f\n"
                    % (self.ttft_ms(), self.e2e_ms(), self.decode_ms()))
         if self.pricing is not None:
-            comment += b": x-firsttoken-cost " + self.pricing.cost(self).header() + b"\n"
+            comment += b": x-firsttoken-cost " + self.costed().header() + b"\n"
         return comment + b"\n"

@@ -114,7 +114,7 @@ class Reply:
         if status < 300:
             body = self.answering.whole(body, native)
             if timeline.pricing is not None:  # what a stream says in its closing comment
-                headers.append((b"x-firsttoken-cost", timeline.pricing.cost(timeline).header()))
+                headers.append((b"x-firsttoken-cost", timeline.costed().header()))
         timeline.status = status
         self.started = self.ended = True
         await send_bytes(self.send, status, body, headers)

@@ -28,7 +28,7 @@ class SpendMeter:
         """A finished request (on the event loop): costed, and counted to its key (and its budget)."""
         if timeline.pricing is None:  # not a generation (count_tokens, the operator's routes)
             return
-        cost = timeline.cost = self.pricing.cost(timeline)
+        cost = timeline.costed()
         self.pricing.speeds.observe(timeline)
         at = time.time() - (perf_counter() - timeline.received)
         day = utc_day(at)
