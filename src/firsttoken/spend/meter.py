@@ -38,7 +38,7 @@ class SpendMeter:
                                 tokens.input, tokens.cached_input, tokens.cache_write, tokens.output,
                                 tokens.reasoning, int(cost.estimated), cost.usd, cost.saved_by or None,
                                 cost.saved_tokens, cost.saved_usd, cost.saved_s))
-        if timeline.budget_hold or self.budgets.has(timeline.tenant):
+        if timeline.budget_hold or (cost.usd and self.budgets.has(timeline.tenant)):
             await self.budgets.settle(timeline.tenant, timeline.request_id, timeline.budget_hold, cost.usd or 0.0,
                                       day)
 
