@@ -93,6 +93,11 @@ def test_the_dashboard_draws_live_journeys_and_the_map(tmp_path: Path, browser_f
         expect(label).to_contain_text("floor 86 ms")  # an SVG text: no inner_text
         # over time, a series per upstream and model (the charts redraw once a second)
         expect(page.locator("[data-testid=chart-ttft]")).to_contain_text("sim/llama-3.1-8b p50", timeout=5_000)
+        # spend today: the region's GPU-hours, and the two answers the edge gave
+        spend = page.locator("[data-testid=spend-table] tr[data-model='sim/llama-3.1-8b']")
+        expect(spend).to_contain_text("default", timeout=10_000)
+        expect(spend).to_contain_text("3")
+        expect(page.locator("[data-testid=spend-notes]")).to_contain_text("2 cache hits")
         view.shot("dashboard.png", full_page=True)
         page.locator(f"tr[data-request-id={miss.headers['x-request-id']}]").click()
         verdict = page.locator("[data-testid=journey-detail] [data-testid=verdict]")

@@ -19,6 +19,7 @@
   const COLD_MARK_MS = 200;
   const ROWS_EVERY_MS = 250; // the table is redrawn at most this often…
   const CHARTS_EVERY_MS = 1000; // …and the charts, cards and breakdown at most once a second
+  const SPEND_EVERY_MS = 3000; // the spend panel's report (a query of the ledger's days)
   const BACKOFF_MIN_MS = 1000;
   const BACKOFF_MAX_MS = 15000;
   const STALL_MS = 20000; // the feed sends state every 2 s: this long without a byte means a dead connection
@@ -1227,6 +1228,50 @@
   }
 
   // ---------------------------------------------------------------------------------------------
+  // Spend today: GET /v1/spend, the report `firsttoken spend` prints, every SPEND_EVERY_MS while the
+  // feed is live (unlocked) and the page is shown.
+
+  async function loadSpend() {
+    if (document.hidden || ui.feed.dataset.state !== "live") return;
+    const today = new Date().toISOString().slice(0, 10);
+    let response;
+    try {
+      response = await fetch(`/v1/spend?since=${today}`, {
+        headers: { Accept: "application/json", ...authHeaders() }, cache: "no-store" });
+    } catch (_) {
+      return; // the gateway is restarting: the feed says so
+    }
+    if (response.ok) drawSpend(await response.json());
+    else if (response.status === 404) drawSpendNotes(["This gateway keeps no spend ledger (spend.log: null)."]);
+  }
+
+  function drawSpend(report) {
+    const money = (usd) => (usd >= 100 ? `$${usd.toFixed(2)}` : `$${usd.toFixed(4)}`);
+    const rows = report.rows.map((r) => h("tr", { "data-key": r.key, "data-model": r.model },
+      h("td", { text: r.key }), h("td", { text: r.model || "—" }),
+      h("td", { class: "num", text: count(r.requests) }),
+      h("td", { class: "num", text: `${count(r.tokens.input)} / ${count(r.tokens.output)}` }),
+      h("td", { class: "num", text: money(r.usd) + (r.unpriced_requests ? "*" : "") }),
+      h("td", { class: "num", text: money(r.saved.usd) })));
+    $("tbody", ui.spend).replaceChildren(...(rows.length ? rows
+      : [h("tr", {}, h("td", { colspan: 6, class: "muted", text: "Nothing spent yet today." }))]));
+    const saved = report.total.saved;
+    const notes = [`The edge saved ${money(saved.usd)} today: ${count(saved.cache_hits)} cache hits, ` +
+                   `${count(saved.joined)} joined requests, ${count(saved.sized)} sized down.`];
+    if (report.total.unpriced_requests) notes.push("* some requests went to a route with no price (spend.prices).");
+    for (const b of report.budgets) {
+      const limits = [b.usd_per_day != null ? `${money(b.today)} of ${money(b.usd_per_day)} today` : "",
+                      b.usd_per_month != null ? `${money(b.this_month)} of ${money(b.usd_per_month)} this month` : ""];
+      notes.push(`Budget of ${b.key}: ${limits.filter(Boolean).join(", ")}${b.past_budget ? " — past it" : ""}.`);
+    }
+    drawSpendNotes(notes);
+  }
+
+  function drawSpendNotes(notes) {
+    ui.spendNotes.replaceChildren(...notes.map((text) => h("li", { text })));
+  }
+
+  // ---------------------------------------------------------------------------------------------
   // Charts (uPlot). Series follow the upstreams and models seen; a new one rebuilds its chart.
 
   const charts = new Map(); // name → { u, signature, el }
@@ -1407,6 +1452,8 @@
       cardsBox: $('[data-testid="cards"]'),
       breakdown: $(".breakdown-rows"),
       histogram: $(".histogram"),
+      spend: $('[data-testid="spend-table"]'),
+      spendNotes: $('[data-testid="spend-notes"]'),
     });
     buildLegend();
     buildCards();
@@ -1430,6 +1477,7 @@
     });
     watchChartSizes();
     setInterval(tick, CHARTS_EVERY_MS);
+    setInterval(loadSpend, SPEND_EVERY_MS);
     tick();
     start();
   }
