@@ -320,7 +320,8 @@ class Gateway:
         finally:
             if timeline.tenant:  # a journey: it reached the point of being somebody's request
                 timeline.last_byte = timeline.last_byte or perf_counter()
-                await self.spend.record(timeline)
+                if self.spend.record(timeline):
+                    await self.spend.settle(timeline)
                 self.sink.put(timeline)
             if self.access_log:
                 access_log.record(scope, timeline)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from time import perf_counter
-from typing import Any
+from typing import Any, NamedTuple
 
 from firsttoken.cache.outcome import CacheOutcome
 from firsttoken.journey.timeline import Timeline
@@ -68,9 +68,8 @@ class GpuRate:
 Rate = TokenRate | GpuRate
 
 
-@dataclass(frozen=True, slots=True)
-class Cost:
-    """What one request cost upstream, and what the edge saved it."""
+class Cost(NamedTuple):
+    """What one request cost upstream, and what the edge saved it. (A named tuple: made for every request.)"""
 
     tokens: Tokens | None  # what the upstream used; a hit's or joined request's: None (see `reused`)
     estimated: bool  # the upstream gave no usage: the tokens are the gateway's estimate
@@ -91,24 +90,24 @@ class Cost:
                           "seconds": self.saved_s} if self.saved_by else None}
 
     def header(self) -> bytes:
-        """The x-firsttoken-cost value: `usd=…; input=…; output=…`, and what was saved."""
-        parts = ["usd=unknown" if self.usd is None else f"usd={self.usd:.8f}"]
-        if self.tokens is not None:
-            t = self.tokens
-            parts += [f"input={t.input}", f"cached-input={t.cached_input}", f"output={t.output}"]
+        """The x-firsttoken-cost value: `usd=…; input=…; output=…`, and what was saved. (Bytes formatted in
+        place: said on every answer, and a list of str parts joined and encoded took twice as long.)"""
+        said = b"usd=unknown" if self.usd is None else b"usd=%.8f" % self.usd
+        t = self.tokens
+        if t is not None:
+            said += b"; input=%d; cached-input=%d; output=%d" % (t.input, t.cached_input, t.output)
             if t.cache_write:
-                parts.append(f"cache-write={t.cache_write}")
+                said += b"; cache-write=%d" % t.cache_write
             if t.reasoning:
-                parts.append(f"reasoning={t.reasoning}")
+                said += b"; reasoning=%d" % t.reasoning
         if self.estimated:
-            parts.append("estimated")
+            said += b"; estimated"
         if self.saved_by:
-            parts += [f"saved-by={self.saved_by}", f"saved-usd={self.saved_usd:.8f}",
-                      f"saved-tokens={self.saved_tokens}"]
+            said += b"; saved-by=%s; saved-usd=%.8f; saved-tokens=%d" % (self.saved_by.encode(), self.saved_usd,
+                                                                         self.saved_tokens)
             if self.saved_s is not None:
-                parts.append(f"saved-s={self.saved_s:.3f}")
-        return "; ".join(parts).encode()
-
+                said += b"; saved-s=%.3f" % self.saved_s
+        return said
 
 NOTHING = Cost(None, False, 0.0)  # a request that never reached an upstream (refused, failed before sending)
 _DATED = re.compile(r"-(\d{8}|\d{4}-\d{2}-\d{2}|latest)$")

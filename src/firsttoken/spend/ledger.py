@@ -6,7 +6,8 @@ A request's row is durable the moment the request ends: it is appended to a writ
 commits the rows in batches every FLUSH_S, then deletes the journal that held them; rows a killed process
 left in its journal are committed by the next process to open the ledger. The per-day totals are kept by
 a trigger in the same transaction as the rows, and a row's key is its request's id (INSERT OR IGNORE), so
-a request is never counted twice, replayed or not.
+a request is never counted twice, replayed or not. (The trigger is SQLite's C, run with the GIL let go;
+summing a batch's rows in Python instead took as much CPU, 4.4–4.7 µs a row, and held the GIL throughout.)
 
 Budgets read the totals from memory (`spent`): what has been committed (this process's commits as it
 makes them, and every REFRESH_S every process's, read back from the file), plus what this process has
@@ -82,8 +83,17 @@ _ROWS = RowInserter("requests", COLUMNS, "INSERT OR IGNORE")
 _ID, _DAY, _KEY, _USD = COLUMNS.index("id"), COLUMNS.index("day"), COLUMNS.index("key"), COLUMNS.index("usd")
 
 
+_DAY_S = 86_400  # unix time has no leap seconds: every UTC day is this many of its seconds
+_last_day = (-1.0, "")  # the last day named, by its first second: strftime took most of a microsecond
+
+
 def utc_day(at: float) -> str:
-    return time.strftime("%Y-%m-%d", time.gmtime(at))
+    """YYYY-MM-DD, the UTC day of unix time `at`."""
+    global _last_day
+    start = at - at % _DAY_S
+    if _last_day[0] != start:
+        _last_day = (start, time.strftime("%Y-%m-%d", time.gmtime(at)))
+    return _last_day[1]
 
 
 def connect(path: str | Path) -> sqlite3.Connection:

@@ -24,24 +24,28 @@ class SpendMeter:
         self.ledger = ledger
         self.budgets = budgets
 
-    async def record(self, timeline: Timeline) -> None:
-        """A finished request (on the event loop): costed, and counted to its key (and its budget)."""
+    def record(self, timeline: Timeline) -> bool:
+        """A finished request (on the event loop): costed, and counted to its key. True when its key's budget
+        is owed a `settle` (an await only those requests pay for)."""
         if timeline.pricing is None:  # not a generation (count_tokens, the operator's routes)
-            return
+            return False
         cost = timeline.costed()
         self.pricing.speeds.observe(timeline)
-        at = time.time() - (perf_counter() - timeline.received)
-        day = utc_day(at)
         if timeline.sent or timeline.cache.from_cache:  # not refused, nor failed before reaching an upstream
+            at = time.time() - (perf_counter() - timeline.received)
             tokens = cost.tokens or _NONE
-            self.ledger.record((timeline.request_id, at, day, timeline.tenant, timeline.route, timeline.api,
+            self.ledger.record((timeline.request_id, at, utc_day(at), timeline.tenant, timeline.route, timeline.api,
                                 tokens.input, tokens.cached_input, tokens.cache_write, tokens.output,
                                 tokens.reasoning, int(cost.estimated), cost.usd, cost.saved_by or None,
                                 cost.saved_tokens, cost.saved_usd, cost.saved_s))
-        if timeline.budget_hold or (cost.usd and self.budgets.has(timeline.tenant)):
-            await self.budgets.settle(timeline.tenant, timeline.request_id, timeline.budget_hold, cost.usd or 0.0,
-                                      day)
+        return bool(timeline.budget_hold or (cost.usd and self.budgets.has(timeline.tenant)))
 
+    async def settle(self, timeline: Timeline) -> None:
+        """What the request held of its key's budget let go, and what it cost counted (Redis's, when shared)."""
+        assert timeline.cost is not None, "recorded first"
+        at = time.time() - (perf_counter() - timeline.received)
+        await self.budgets.settle(timeline.tenant, timeline.request_id, timeline.budget_hold,
+                                  timeline.cost.usd or 0.0, utc_day(at))
 
 def pricing_for(settings: Settings, simulated_upstream: str | None) -> Pricing:
     """The config's prices, and the simulated region's GPUs at the shipped GPU-hour price of its place."""
