@@ -259,8 +259,7 @@ def _journey_log(config_path: str | None, log_path: str | None) -> str:
         except ConfigError as exc:
             err.print(f"firsttoken journeys: {exc}", markup=False, soft_wrap=True)
             sys.exit(2)
-    if not (log_path and os.path.isfile(log_path)) and not named:
-        log_path = last_serve.journey_log() or log_path
+    log_path = last_serve.locate("journeys", log_path, named)
     if not log_path or not os.path.isfile(log_path):
         err.print(f"firsttoken journeys: no journey log at {os.path.abspath(log_path) if log_path else 'all'}; "
                   f"the gateway writes one where its journeys.log says (default firsttoken-journeys.db in the "

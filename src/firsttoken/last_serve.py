@@ -30,14 +30,13 @@ def note(journey_log: str | None, spend_log: str | None = None) -> None:
         log.debug("could not note where the journey log is: %s", exc)
 
 
-def journey_log() -> str | None:
-    """The journey log of the gateway last started on this machine by this user, when it noted one."""
-    return _noted("journeys")
-
-
-def spend_log() -> str | None:
-    """The spend ledger of the gateway last started on this machine by this user, when it noted one."""
-    return _noted("spend")
+def locate(what: str, configured: str | None, named: bool) -> str | None:
+    """The file a command reads (`what`: journeys | spend): the one its settings or options give when it is
+    here or was named; else the one the gateway last started on this machine by this user noted, wherever
+    it runs; else the configured one (which is not here: the caller says so)."""
+    if named or (configured and os.path.isfile(configured)):
+        return configured
+    return _noted(what) or configured
 
 
 def _noted(what: str) -> str | None:

@@ -41,10 +41,7 @@ def spend(config_path: str | None, log_path: str | None, key: str | None, since:
     except (ConfigError, ValueError) as exc:
         err.print(f"firsttoken spend: {exc}", markup=False, soft_wrap=True)
         sys.exit(2)
-    named = log_path is not None or config_path is not None
-    path = log_path or settings.spend.log
-    if not (path and os.path.isfile(path)) and not named:
-        path = last_serve.spend_log() or path
+    path = last_serve.locate("spend", log_path or settings.spend.log, log_path is not None or config_path is not None)
     if not path or not os.path.isfile(path):
         err.print(f"firsttoken spend: no spend ledger at {os.path.abspath(path) if path else 'all'}; the gateway "
                   f"keeps one where its spend.log says (default firsttoken-spend.db in the directory where "
