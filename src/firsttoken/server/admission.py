@@ -22,7 +22,7 @@ from firsttoken.server.auth import ClientKeys
 from firsttoken.server.deadline import CLIENT_DEADLINE, ClientDeadline
 from firsttoken.server.http import Headers, Receive, Scope, read_body
 from firsttoken.spend.budgets import Budgets
-from firsttoken.spend.cost import Pricing, TokenRate
+from firsttoken.spend.cost import GpuRate, Pricing, TokenRate
 from firsttoken.spend.usage import Tokens
 
 
@@ -50,11 +50,20 @@ class Admission:
         timeline.pricing = self.pricing
         timeline.prompt_estimate = estimate_prompt_tokens(body)
         if self.budgets.has(timeline.tenant):
-            rate = self.pricing.rate(route)
-            most = rate.usd(Tokens(timeline.prompt_estimate, answer_limit(body))) if isinstance(rate, TokenRate) \
-                else 0.0  # a GPU-hour's share is known only once the request has taken it
+            most = self._most(route, timeline.prompt_estimate, answer_limit(body))
             base += await self.budgets.admit(timeline.tenant, most, time.time(), timeline.request_id)
             timeline.budget_hold = most
+
+    def _most(self, route: str, prompt_tokens: int, answer_tokens: int) -> float:
+        """The most a request may cost on `route`: its tokens at the route's price; on a GPU-hour route, the
+        GPUs alone for as long as the route's measured speed says it takes (nothing before it has a speed)."""
+        rate = self.pricing.rate(route)
+        if isinstance(rate, TokenRate):
+            return rate.usd(Tokens(prompt_tokens, answer_tokens))
+        if isinstance(rate, GpuRate):
+            seconds = self.pricing.speeds.seconds(route, answer_tokens)
+            return rate.usd(seconds, 1) if seconds is not None else 0.0
+        return 0.0
 
     async def admit(self, scope: Scope, timeline: Timeline, body: dict[str, Any], stream: bool) -> Charge | None:
         """Within the client key's rate limits (or the 429 that says which and for how long), and under its

@@ -59,7 +59,8 @@ def print_report(report: dict[str, Any], path: str, console: Console) -> None:
     names = ["model" if c == "route" else c for c in grouping]
     console.print(f"Spend from {report['since']} to {report['until']} (UTC days)"
                   + (f", key {report['key']}" if report["key"] else "") + f"\nledger: {path}")
-    table = Table(box=None, pad_edge=False, header_style="bold")
+    # One space between columns: with rich's two, a key and a model name as short as sim/llama-3.1-8b folded.
+    table = Table(box=None, pad_edge=False, padding=(0, 1, 0, 0), header_style="bold")
     for name in names:
         table.add_column(name, overflow="fold", max_width=28)
     for name in ("requests", "tokens in/out", "spent", "saved", "saved time"):
