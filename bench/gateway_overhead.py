@@ -130,6 +130,9 @@ def firsttoken_process(upstream: int, workers: int, source: Path | None = None, 
                       "sse": {"url": f"{base}/sse/v1", "pool": {"warm": 32}}},
         "models": {"bench": ["json/bench"], "bench-sse": ["sse/bench"]},
         "keys": [{"name": "bench", "key": CLIENT_KEY}],  # both proxies check a client key
+        # Every request here is the same: with its edge cache on, the gateway would answer all but the first
+        # itself, where the peers cross to the upstream each time. Off, it is measured as the proxy it is.
+        "cache": False,
         **(extra or {}),
     }))
     argv = [str(ROOT / ".venv" / "bin" / "python"), "-m", "firsttoken", "serve", "--config", str(config),

@@ -4,8 +4,11 @@ machine's waiting is not counted) and its throughput, with the spend ledger (the
 before spend existed, in one run, round after round.
 
     .venv/bin/python bench/spend_cost.py --baseline d0c5548 [--seconds 4] [--rounds 3] [--concurrency 32]
+                                        [--stream] [--hits]
 
-The load is gateway_overhead's: one wrk connection pool against a static nginx upstream (1 worker).
+The load is gateway_overhead's: one wrk connection pool against a static nginx upstream (1 worker), the
+edge cache off (every request crosses to the upstream); with --hits, on, so that every request but the
+first is an exact cache hit, the shortest path there is.
 Run by hand; CI never runs it.
 """
 
@@ -41,10 +44,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--stream", action="store_true")
+    parser.add_argument("--hits", action="store_true", help="the edge cache on: all but the first request hits")
     args = parser.parse_args()
+    cache = {"cache": {}} if args.hits else {}  # {}: the default cache
     variants: dict[str, tuple[Path | None, dict[str, Any] | None]] = {
-        "ledger": (None, None), "no ledger": (None, {"spend": {"log": None}}),
-        f"before ({args.baseline})": (overhead.baseline_source(args.baseline), None)}
+        "ledger": (None, cache), "no ledger": (None, {**cache, "spend": {"log": None}}),
+        f"before ({args.baseline})": (overhead.baseline_source(args.baseline), cache)}
     body = fixtures.request_body("bench-sse" if args.stream else "bench", args.stream)
     upstream = fixtures.free_port()
     print(f"{'variant':18s} {'req/s':>7s} {'CPU µs/request':>15s} {'event loop':>11s}")
