@@ -310,6 +310,8 @@ class Price(_Strict):
     usd_per_million_output: float | None = Field(None, ge=0)
     usd_per_million_cached_input: float | None = Field(None, ge=0, description="unset: the input's price")
     usd_per_million_cache_write: float | None = Field(None, ge=0, description="unset: the input's price")
+    usd_per_million_cache_write_1h: float | None = Field(None, ge=0, description="cache writes kept an hour "
+                                                         "(Anthropic's 1-hour TTL); unset: the cache write's price")
     usd_per_gpu_hour: float | None = Field(None, gt=0, description="a self-hosted target: what one GPU costs an hour")
     gpus: int = Field(1, ge=1, description="the GPUs one replica of the model holds")
     source: str = Field("the config", min_length=1, description="where the price comes from, for reports")

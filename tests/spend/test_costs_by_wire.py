@@ -24,6 +24,7 @@ from support.threaded import InThread
 # By hand from prices/tables/api_prices.csv: (uncached input, cached input, cache writes, output) × $/M.
 GPT_4O_MINI = (86 * 0.15 + 1920 * 0.075 + 300 * 0.6) / 1e6  # chat completions' recorded usage
 CLAUDE_SONNET_4_5 = (50 * 3 + 12000 * 0.3 + 1500 * 3.75 + 420 * 15) / 1e6  # Messages'
+CLAUDE_SONNET_4_5_1H = (50 * 3 + 12000 * 0.3 + 1500 * 6 + 420 * 15) / 1e6  # …its cache writes kept an hour
 O4_MINI = (952 * 1.1 + 2048 * 0.275 + 900 * 4.4) / 1e6  # Responses'
 # (input, cached input, cache writes, output, reasoning) each route's upstream reported
 TOKENS = {"oai/gpt-4o-mini-2024-07-18": (2006, 1920, 0, 300, 256),
@@ -94,6 +95,24 @@ def test_messages(gateway: GatewayProcess, stream: bool) -> None:
 
 
 @pytest.mark.parametrize("stream", [False, True])
+def test_messages_with_writes_kept_an_hour(gateway: GatewayProcess, stream: bool) -> None:
+    """Cache writes a request asked to be kept an hour (Claude Code's long-lived prompt prefix) cost 2× the
+    input's price, not the 5-minute writes' 1.25×: told apart by the usage's `cache_creation` breakdown."""
+    client = anthropic.Anthropic(base_url=gateway.url, api_key=CLIENT_KEY, max_retries=0)
+    ask = {"model": "claude-sonnet-4-5", "max_tokens": 1024, "messages": [{"role": "user", "content": "Hi"}],
+           "system": [{"type": "text", "text": "You are terse.", "cache_control": {"type": "ephemeral", "ttl": "1h"}}]}
+    if not stream:
+        raw = client.messages.with_raw_response.create(**ask)
+        assert raw.parse().usage.cache_creation.ephemeral_1h_input_tokens == 1500
+        said, request_id = raw.headers["x-firsttoken-cost"], raw.headers["x-request-id"]
+    else:
+        with client.messages.with_streaming_response.create(**ask, stream=True) as response:
+            said, request_id = closing_cost(list(response.iter_lines())), response.headers["x-request-id"]
+    assert header_fields(said)["cache-write-1h"] == "1500"
+    assert_costed(gateway, request_id, said, "ant/claude-sonnet-4-5-20250929", CLAUDE_SONNET_4_5_1H)
+
+
+@pytest.mark.parametrize("stream", [False, True])
 def test_responses(gateway: GatewayProcess, stream: bool) -> None:
     client = openai_client(gateway)
     ask = {"model": "o4-mini", "input": "Hi"}
@@ -135,8 +154,8 @@ def test_the_journey_and_the_metrics_say_the_cost(gateway: GatewayProcess) -> No
         model="gpt-4o-mini", messages=[{"role": "user", "content": "Hi"}])
     journey = httpx.get(f"{gateway.url}/v1/journeys/{raw.headers['x-request-id']}", headers=ADMIN).json()
     assert journey["cost"]["usd"] == pytest.approx(GPT_4O_MINI) and journey["cost"]["saved"] is None
-    assert journey["cost"]["tokens"] == {"input": 2006, "cached_input": 1920, "cache_write": 0, "output": 300,
-                                         "reasoning": 256}
+    assert journey["cost"]["tokens"] == {"input": 2006, "cached_input": 1920, "cache_write": 0, "cache_write_1h": 0,
+                                         "output": 300, "reasoning": 256}
     time.sleep(0.2)  # the sink's batch
     families = {f.name: f for f in text_string_to_metric_families(
         httpx.get(gateway.url + "/metrics", headers=ADMIN).text)}

@@ -24,7 +24,11 @@ CHAT_USAGE = {"prompt_tokens": 2006, "completion_tokens": 300, "total_tokens": 2
               "completion_tokens_details": {"reasoning_tokens": 256, "audio_tokens": 0,
                                             "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}}
 MESSAGES_USAGE = {"input_tokens": 50, "cache_creation_input_tokens": 1500, "cache_read_input_tokens": 12000,
+                  "cache_creation": {"ephemeral_5m_input_tokens": 1500, "ephemeral_1h_input_tokens": 0},
                   "output_tokens": 420}
+# A request that marks a block to be cached an hour (cache_control's ttl "1h") has its writes kept an hour.
+MESSAGES_USAGE_1H = {**MESSAGES_USAGE, "cache_creation": {"ephemeral_5m_input_tokens": 0,
+                                                          "ephemeral_1h_input_tokens": 1500}}
 RESPONSES_USAGE = {"input_tokens": 3000, "input_tokens_details": {"cached_tokens": 2048}, "output_tokens": 900,
                    "output_tokens_details": {"reasoning_tokens": 832}, "total_tokens": 3900}
 TEXT = "Hello from the recorded upstream."
@@ -57,12 +61,16 @@ def _chat(body: dict[str, Any]) -> list[bytes] | dict[str, Any]:
 
 
 def _messages(body: dict[str, Any]) -> list[bytes] | dict[str, Any]:
+    system = body.get("system")
+    hour = isinstance(system, list) and any(isinstance(block, dict) and (block.get("cache_control") or {}).get("ttl")
+                                            == "1h" for block in system)
+    counts = MESSAGES_USAGE_1H if hour else MESSAGES_USAGE
     message = {"id": "msg_rec", "type": "message", "role": "assistant", "model": body["model"],
                "content": [{"type": "text", "text": TEXT}], "stop_reason": "end_turn", "stop_sequence": None,
-               "usage": MESSAGES_USAGE}
+               "usage": counts}
     if not body.get("stream"):
         return message
-    start = {**message, "content": [], "stop_reason": None, "usage": {**MESSAGES_USAGE, "output_tokens": 1}}
+    start = {**message, "content": [], "stop_reason": None, "usage": {**counts, "output_tokens": 1}}
     return [_sse({"type": "message_start", "message": start}, "message_start"),
             _sse({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
                  "content_block_start"),

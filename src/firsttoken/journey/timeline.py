@@ -27,8 +27,8 @@ class Timeline:
     __slots__ = ("request_id", "operation", "api", "tenant", "model", "stream", "status", "received", "cache_ms",
                  "sent", "first_byte", "first_token", "last_token", "last_byte", "max_gap", "pool_ms", "connect_ms",
                  "reused", "token_events", "output_tokens", "input_tokens", "cached_tokens", "cache_write_tokens",
-                 "reasoning_tokens", "prompt_estimate", "reused_tokens", "sized_from", "sharing", "pricing", "cost",
-                 "budget_hold",
+                 "cache_write_1h_tokens", "reasoning_tokens", "prompt_estimate", "reused_tokens", "sized_from",
+                 "sharing", "pricing", "cost", "budget_hold",
                  "route", "upstream", "attempts", "client_rtt", "upstream_rtt", "upstream_timing", "declared",
                  "floor_ms", "handshake", "cache", "similarity", "hedge", "error_code", "error")
 
@@ -57,6 +57,7 @@ class Timeline:
         self.input_tokens: int | None = None
         self.cached_tokens: int | None = None  # of the input, what the provider's prompt cache served
         self.cache_write_tokens: int | None = None  # of the input, what was written to that cache
+        self.cache_write_1h_tokens: int | None = None  # …of which to be kept an hour (priced higher)
         self.reasoning_tokens: int | None = None  # of the output, what the model spent thinking
         self.prompt_estimate = 0  # the prompt's tokens by the gateway's estimate: when the upstream gives no usage
         self.reused_tokens: Tokens | None = None  # a cache hit's or a joined request's: the answer's own usage

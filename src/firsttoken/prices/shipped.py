@@ -34,6 +34,7 @@ class ApiPrice:
     usd_per_million_output: float
     usd_per_million_cached_input: float | None  # a prompt prefix the provider's cache served; None: input's
     usd_per_million_cache_write: float | None  # a prompt prefix written to that cache (Anthropic); None: input's
+    usd_per_million_cache_write_1h: float | None  # …to be kept an hour (Anthropic's 1-hour TTL); None: cache write's
     source: str
     date: str
 
@@ -57,7 +58,8 @@ def gpu_hours() -> tuple[GpuHour, ...]:
 def api_prices() -> tuple[ApiPrice, ...]:
     return tuple(ApiPrice(r["provider"], r["model"], float(r["usd_per_million_input"]),
                           float(r["usd_per_million_output"]), _optional(r["usd_per_million_cached_input"]),
-                          _optional(r["usd_per_million_cache_write"]), r["source"], r["date"])
+                          _optional(r["usd_per_million_cache_write"]), _optional(r["usd_per_million_cache_write_1h"]),
+                          r["source"], r["date"])
                  for r in _rows("api_prices.csv"))
 
 

@@ -35,21 +35,24 @@ class TokenRate:
     input: float
     output: float
     cached_input: float
-    cache_write: float
+    cache_write: float  # Anthropic's 5-minute cache writes, and every other provider's
+    cache_write_1h: float  # Anthropic's 1-hour cache writes
     source: str
 
     def usd(self, tokens: Tokens) -> float:
         plain = max(tokens.input - tokens.cached_input - tokens.cache_write, 0)
         return (plain * self.input + tokens.cached_input * self.cached_input
-                + tokens.cache_write * self.cache_write + tokens.output * self.output) * PER_MILLION
+                + (tokens.cache_write - tokens.cache_write_1h) * self.cache_write
+                + tokens.cache_write_1h * self.cache_write_1h + tokens.output * self.output) * PER_MILLION
 
     @classmethod
     def from_table(cls, row: ApiPrice) -> TokenRate:
         input_price = row.usd_per_million_input
         cached = row.usd_per_million_cached_input
-        write = row.usd_per_million_cache_write
-        return cls(input_price, row.usd_per_million_output, input_price if cached is None else cached,
-                   input_price if write is None else write, f"{row.provider}/{row.model}, {row.source}, {row.date}")
+        write = input_price if row.usd_per_million_cache_write is None else row.usd_per_million_cache_write
+        long_write = row.usd_per_million_cache_write_1h
+        return cls(input_price, row.usd_per_million_output, input_price if cached is None else cached, write,
+                   write if long_write is None else long_write, f"{row.provider}/{row.model}, {row.source}, {row.date}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +87,8 @@ class Cost(NamedTuple):
         t = self.tokens
         return {"usd": self.usd, "estimated": self.estimated,
                 "tokens": None if t is None else {"input": t.input, "cached_input": t.cached_input,
-                                                  "cache_write": t.cache_write, "output": t.output,
+                                                  "cache_write": t.cache_write, "cache_write_1h": t.cache_write_1h,
+                                                  "output": t.output,
                                                   "reasoning": t.reasoning},
                 "saved": {"by": self.saved_by, "usd": self.saved_usd, "tokens": self.saved_tokens,
                           "seconds": self.saved_s} if self.saved_by else None}
@@ -98,6 +102,8 @@ class Cost(NamedTuple):
             said += b"; input=%d; cached-input=%d; output=%d" % (t.input, t.cached_input, t.output)
             if t.cache_write:
                 said += b"; cache-write=%d" % t.cache_write
+            if t.cache_write_1h:
+                said += b"; cache-write-1h=%d" % t.cache_write_1h
             if t.reasoning:
                 said += b"; reasoning=%d" % t.reasoning
         if self.estimated:

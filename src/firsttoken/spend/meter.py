@@ -56,10 +56,11 @@ def pricing_for(settings: Settings, simulated_upstream: str | None) -> Pricing:
         else:
             assert price.usd_per_million_input is not None and price.usd_per_million_output is not None
             given = price.usd_per_million_input
+            write = given if price.usd_per_million_cache_write is None else price.usd_per_million_cache_write
             configured[name] = TokenRate(
                 given, price.usd_per_million_output,
                 given if price.usd_per_million_cached_input is None else price.usd_per_million_cached_input,
-                given if price.usd_per_million_cache_write is None else price.usd_per_million_cache_write,
+                write, write if price.usd_per_million_cache_write_1h is None else price.usd_per_million_cache_write_1h,
                 price.source)
     upstream_rates: dict[str, Rate] = {}
     simulated = settings.simulated

@@ -383,8 +383,13 @@ def usage(raw: Json) -> Json:
     cached = count("cache_read_input_tokens")
     prompt = count("input_tokens") + count("cache_creation_input_tokens") + cached
     completion_tokens = count("output_tokens")
-    # Cache writes have no field in chat's shape and cost more than other input: kept beside cached_tokens.
+    # Cache writes have no field in chat's shape and cost more than other input: kept beside cached_tokens,
+    # and those kept an hour (`cache_creation`'s breakdown by TTL), which cost more again, apart.
     details = {"cached_tokens": cached, "cache_write_tokens": count("cache_creation_input_tokens")}
+    by_ttl = raw.get("cache_creation")
+    hour = by_ttl.get("ephemeral_1h_input_tokens") if isinstance(by_ttl, dict) else None
+    if isinstance(hour, int) and hour > 0:
+        details["cache_write_1h_tokens"] = hour
     return {"prompt_tokens": prompt, "completion_tokens": completion_tokens,
             "total_tokens": prompt + completion_tokens, "prompt_tokens_details": details}
 
