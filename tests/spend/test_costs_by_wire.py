@@ -8,6 +8,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import anthropic
 import httpx
@@ -80,17 +81,21 @@ def test_chat_completions(gateway: GatewayProcess, stream: bool) -> None:
     assert_costed(gateway, request_id, said, "oai/gpt-4o-mini-2024-07-18", GPT_4O_MINI)
 
 
-@pytest.mark.parametrize("stream", [False, True])
-def test_messages(gateway: GatewayProcess, stream: bool) -> None:
+def ask_messages(gateway: GatewayProcess, ask: dict, stream: bool) -> tuple[str, str, Any]:
+    """A Messages request through the anthropic SDK: the cost it said, its id, and its usage (whole answers)."""
     client = anthropic.Anthropic(base_url=gateway.url, api_key=CLIENT_KEY, max_retries=0)
-    ask = {"model": "claude-sonnet-4-5", "max_tokens": 1024, "messages": [{"role": "user", "content": "Hi"}]}
     if not stream:
         raw = client.messages.with_raw_response.create(**ask)
-        assert raw.parse().usage.cache_creation_input_tokens == 1500
-        said, request_id = raw.headers["x-firsttoken-cost"], raw.headers["x-request-id"]
-    else:
-        with client.messages.with_streaming_response.create(**ask, stream=True) as response:
-            said, request_id = closing_cost(list(response.iter_lines())), response.headers["x-request-id"]
+        return raw.headers["x-firsttoken-cost"], raw.headers["x-request-id"], raw.parse().usage
+    with client.messages.with_streaming_response.create(**ask, stream=True) as response:
+        return closing_cost(list(response.iter_lines())), response.headers["x-request-id"], None
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_messages(gateway: GatewayProcess, stream: bool) -> None:
+    ask = {"model": "claude-sonnet-4-5", "max_tokens": 1024, "messages": [{"role": "user", "content": "Hi"}]}
+    said, request_id, usage = ask_messages(gateway, ask, stream)
+    assert stream or usage.cache_creation_input_tokens == 1500
     assert_costed(gateway, request_id, said, "ant/claude-sonnet-4-5-20250929", CLAUDE_SONNET_4_5)
 
 
@@ -98,16 +103,10 @@ def test_messages(gateway: GatewayProcess, stream: bool) -> None:
 def test_messages_with_writes_kept_an_hour(gateway: GatewayProcess, stream: bool) -> None:
     """Cache writes a request asked to be kept an hour (Claude Code's long-lived prompt prefix) cost 2× the
     input's price, not the 5-minute writes' 1.25×: told apart by the usage's `cache_creation` breakdown."""
-    client = anthropic.Anthropic(base_url=gateway.url, api_key=CLIENT_KEY, max_retries=0)
     ask = {"model": "claude-sonnet-4-5", "max_tokens": 1024, "messages": [{"role": "user", "content": "Hi"}],
            "system": [{"type": "text", "text": "You are terse.", "cache_control": {"type": "ephemeral", "ttl": "1h"}}]}
-    if not stream:
-        raw = client.messages.with_raw_response.create(**ask)
-        assert raw.parse().usage.cache_creation.ephemeral_1h_input_tokens == 1500
-        said, request_id = raw.headers["x-firsttoken-cost"], raw.headers["x-request-id"]
-    else:
-        with client.messages.with_streaming_response.create(**ask, stream=True) as response:
-            said, request_id = closing_cost(list(response.iter_lines())), response.headers["x-request-id"]
+    said, request_id, usage = ask_messages(gateway, ask, stream)
+    assert stream or usage.cache_creation.ephemeral_1h_input_tokens == 1500
     assert header_fields(said)["cache-write-1h"] == "1500"
     assert_costed(gateway, request_id, said, "ant/claude-sonnet-4-5-20250929", CLAUDE_SONNET_4_5_1H)
 
