@@ -29,6 +29,10 @@ def soak_settings(upstream_url: str) -> dict:
     settings["models"]["slow"] = ["fake/slow-stream"]
     settings["limits"]["max_body_bytes"] = 2 * 1024 * 1024
     settings["streaming"] = {**settings.get("streaming", {}), "client_stall_s": 5}  # never-readers go in 5 s
+    # The test upstream shares its process (and the GIL) with eight soak clients, on a machine running the rest
+    # of the suite: the suite's 2 s first-byte timeout could go by while it was starved, a 504 the gateway
+    # rightly gave and the soak counted lost. Nothing here waits on an upstream timeout.
+    settings["upstreams"]["fake"]["timeouts"] = {"first_byte": 15.0, "idle": 15.0}
     return settings
 
 
