@@ -46,13 +46,19 @@ class TokenRate:
                 + tokens.cache_write_1h * self.cache_write_1h + tokens.output * self.output) * PER_MILLION
 
     @classmethod
+    def given(cls, input_price: float, output: float, cached_input: float | None, cache_write: float | None,
+              cache_write_1h: float | None, source: str) -> TokenRate:
+        """A price as a table or the config gives it: cached input and cache writes cost the input's price
+        unless given, and writes kept an hour the cache writes'."""
+        write = input_price if cache_write is None else cache_write
+        return cls(input_price, output, input_price if cached_input is None else cached_input, write,
+                   write if cache_write_1h is None else cache_write_1h, source)
+
+    @classmethod
     def from_table(cls, row: ApiPrice) -> TokenRate:
-        input_price = row.usd_per_million_input
-        cached = row.usd_per_million_cached_input
-        write = input_price if row.usd_per_million_cache_write is None else row.usd_per_million_cache_write
-        long_write = row.usd_per_million_cache_write_1h
-        return cls(input_price, row.usd_per_million_output, input_price if cached is None else cached, write,
-                   write if long_write is None else long_write, f"{row.provider}/{row.model}, {row.source}, {row.date}")
+        return cls.given(row.usd_per_million_input, row.usd_per_million_output, row.usd_per_million_cached_input,
+                         row.usd_per_million_cache_write, row.usd_per_million_cache_write_1h,
+                         f"{row.provider}/{row.model}, {row.source}, {row.date}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +94,7 @@ class Cost(NamedTuple):
         return {"usd": self.usd, "estimated": self.estimated,
                 "tokens": None if t is None else {"input": t.input, "cached_input": t.cached_input,
                                                   "cache_write": t.cache_write, "cache_write_1h": t.cache_write_1h,
-                                                  "output": t.output,
-                                                  "reasoning": t.reasoning},
+                                                  "output": t.output, "reasoning": t.reasoning},
                 "saved": {"by": self.saved_by, "usd": self.saved_usd, "tokens": self.saved_tokens,
                           "seconds": self.saved_s} if self.saved_by else None}
 
@@ -114,6 +119,7 @@ class Cost(NamedTuple):
             if self.saved_s is not None:
                 said += b"; saved-s=%.3f" % self.saved_s
         return said
+
 
 NOTHING = Cost(None, False, 0.0)  # a request that never reached an upstream (refused, failed before sending)
 _DATED = re.compile(r"-(\d{8}|\d{4}-\d{2}-\d{2}|latest)$")

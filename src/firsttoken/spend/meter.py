@@ -32,7 +32,7 @@ class SpendMeter:
         cost = timeline.costed()
         self.pricing.speeds.observe(timeline)
         if timeline.sent or timeline.cache.from_cache:  # not refused, nor failed before reaching an upstream
-            at = time.time() - (perf_counter() - timeline.received)
+            at = _arrived(timeline)
             tokens = cost.tokens or _NONE
             self.ledger.record((timeline.request_id, at, utc_day(at), timeline.tenant, timeline.route, timeline.api,
                                 tokens.input, tokens.cached_input, tokens.cache_write, tokens.output,
@@ -43,9 +43,14 @@ class SpendMeter:
     async def settle(self, timeline: Timeline) -> None:
         """What the request held of its key's budget let go, and what it cost counted (Redis's, when shared)."""
         assert timeline.cost is not None, "recorded first"
-        at = time.time() - (perf_counter() - timeline.received)
         await self.budgets.settle(timeline.tenant, timeline.request_id, timeline.budget_hold,
-                                  timeline.cost.usd or 0.0, utc_day(at))
+                                  timeline.cost.usd or 0.0, utc_day(_arrived(timeline)))
+
+
+def _arrived(timeline: Timeline) -> float:
+    """The unix time the request arrived (its timeline keeps the monotonic clock's)."""
+    return time.time() - (perf_counter() - timeline.received)
+
 
 def pricing_for(settings: Settings, simulated_upstream: str | None) -> Pricing:
     """The config's prices, and the simulated region's GPUs at the shipped GPU-hour price of its place."""
@@ -55,13 +60,9 @@ def pricing_for(settings: Settings, simulated_upstream: str | None) -> Pricing:
             configured[name] = GpuRate(price.usd_per_gpu_hour, price.gpus, price.source)
         else:
             assert price.usd_per_million_input is not None and price.usd_per_million_output is not None
-            given = price.usd_per_million_input
-            write = given if price.usd_per_million_cache_write is None else price.usd_per_million_cache_write
-            configured[name] = TokenRate(
-                given, price.usd_per_million_output,
-                given if price.usd_per_million_cached_input is None else price.usd_per_million_cached_input,
-                write, write if price.usd_per_million_cache_write_1h is None else price.usd_per_million_cache_write_1h,
-                price.source)
+            configured[name] = TokenRate.given(
+                price.usd_per_million_input, price.usd_per_million_output, price.usd_per_million_cached_input,
+                price.usd_per_million_cache_write, price.usd_per_million_cache_write_1h, price.source)
     upstream_rates: dict[str, Rate] = {}
     simulated = settings.simulated
     region = simulated.places[0] if simulated is not None else None

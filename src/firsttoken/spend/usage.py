@@ -23,7 +23,7 @@ _NUMBER = re.compile(rb"\s*(\d{1,12})")
 
 class Tokens(NamedTuple):
     """One answer's token counts, as its upstream reported them. (A named tuple: made for every request,
-    and a frozen dataclass takes three times as long to make.)"""
+    and a frozen dataclass took more than twice as long to make, 0.63 µs against 0.25.)"""
 
     input: int = 0  # the whole prompt, cached or not
     output: int = 0  # reasoning included
