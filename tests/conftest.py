@@ -18,6 +18,29 @@ ADMIN_KEY = "operator-admin-key-for-tests-0987"  # /metrics, /v1/routing and eve
 ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}
 
 
+# The files that take longest (pytest --durations, a quiet machine), started first. With `--dist loadfile` a
+# file goes whole to one process; one that starts last runs alone while the other process has nothing left
+# (the soak did, for three minutes). Keep it to files of half a minute or more, longest first.
+LONGEST_FIRST = ("server/test_soak.py", "server/test_crash_restart.py", "server/test_coding_agents.py",
+                 "server/test_dashboard_browser.py", "test_demo.py", "server/test_messages_route.py",
+                 "server/test_workers.py", "server/test_responses_route.py", "server/test_tenant_isolation.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest files first; the quiet modules last, where the other process waiting for them to finish
+    waits behind a short test rather than a long one (a quiet module's first test waits for the machine
+    inside its own time limit). xdist keeps this order (--no-loadscope-reorder in pyproject.toml)."""
+    tests = Path(__file__).parent
+
+    def rank(item: pytest.Item) -> int:
+        if item.get_closest_marker("quiet") is not None:
+            return len(LONGEST_FIRST) + 1
+        name = item.path.relative_to(tests).as_posix()
+        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: the rest keep their order, a file's tests theirs
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _machine_alone(request: pytest.FixtureRequest) -> Iterator[None]:
     """A module marked `quiet` runs with no test of the other process beside it, its fixtures' set-up

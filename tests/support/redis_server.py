@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from support.gateway_process import free_port
+from support.waiting import PATIENCE_S
 
 
 class RedisServer:
@@ -37,7 +38,7 @@ class RedisServer:
         self.process = subprocess.Popen([binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
                                          "--appendonly", "no", "--dir", str(self.workdir)],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + PATIENCE_S
         while time.monotonic() < deadline:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:

@@ -43,7 +43,7 @@ class SimProcess:
             stdout=self._log, stderr=subprocess.STDOUT, cwd=self.workdir)
         return self
 
-    def wait_ready(self, timeout: float = 30.0) -> SimProcess:
+    def wait_ready(self, timeout: float = 60.0) -> SimProcess:
         assert self.process is not None, "start() first"
         # an import-heavy start takes seconds on a busy machine
         if answers(self.process, self.url + "/models", timeout, "sim", self.log):

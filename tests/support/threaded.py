@@ -9,6 +9,8 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Generic, TypeVar
 
+from support.waiting import PATIENCE_S
+
 T = TypeVar("T")
 
 
@@ -39,7 +41,8 @@ class InThread(Generic[T]):
 
     def __enter__(self) -> T:
         self._thread.start()
-        self._ready.wait(10)
+        if not self._ready.wait(PATIENCE_S):  # a busy machine may take seconds to start a region
+            raise RuntimeError(f"the server in a thread did not start in {PATIENCE_S:g} s")
         if self._error is not None:
             raise self._error
         assert self.value is not None
@@ -48,4 +51,4 @@ class InThread(Generic[T]):
     def __exit__(self, *exc: object) -> None:
         assert self._stop is not None
         self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(10)
+        self._thread.join(PATIENCE_S)
