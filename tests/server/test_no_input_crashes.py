@@ -13,12 +13,15 @@ from urllib.parse import quote
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from conftest import CLIENT_KEY, gateway_settings
 from support.gateway_process import GatewayProcess
+from support.waiting import PATIENCE_S
 from support.wire_properties import messages_bodies, responses_bodies
+
+AUTH = {"Authorization": f"Bearer {CLIENT_KEY}"}
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20),
@@ -72,7 +75,7 @@ payloads = (st.none() | bodies.map(lambda body: json.dumps(body).encode()) | st.
 
 @pytest.fixture(scope="module")
 def http(gateway) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=gateway.url, timeout=10, headers={"Authorization": f"Bearer {CLIENT_KEY}"}) as client:
+    with httpx.Client(base_url=gateway.url, timeout=PATIENCE_S, headers=AUTH) as client:
         yield client
 
 
@@ -83,7 +86,7 @@ def bounded(upstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[http
     config["limits"] = {**config["limits"], "max_messages": 50, "max_string_bytes": 4096}
     del config["cache"]  # as shipped: hostile input meets the edge cache and its embedding model too
     with GatewayProcess(config, tmp_path_factory.mktemp("bounded")) as running, \
-            httpx.Client(base_url=running.url, timeout=10, headers={"Authorization": f"Bearer {CLIENT_KEY}"}) as client:
+            httpx.Client(base_url=running.url, timeout=PATIENCE_S, headers=AUTH) as client:
         yield client
 
 
@@ -107,6 +110,7 @@ def refused(response: httpx.Response, code: str, setting: str, param: str | None
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(body=bodies, path=st.sampled_from(["/v1/chat/completions", "/v1/embeddings"]))
+@example(body={"model": "chat", "messages": 0, "input": "hi"}, path="/v1/embeddings")  # its limits read messages
 def test_random_json_bodies(http: httpx.Client, body: dict, path: str) -> None:
     check(http.post(path, json=body))
 

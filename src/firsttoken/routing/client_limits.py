@@ -200,7 +200,9 @@ def answer_limit(body: dict[str, Any]) -> int:
 def estimate_prompt_tokens(body: dict[str, Any]) -> int:
     """About four characters a token in its messages (and input, for embeddings)."""
     text = 0
-    for message in body.get("messages") or []:
+    messages = body.get("messages")
+    # a route that does not read `messages` (embeddings) has not checked it is a list
+    for message in messages if isinstance(messages, list) else []:
         content = message.get("content") if isinstance(message, dict) else None
         if isinstance(content, list):
             text += sum(len(str(p.get("text", ""))) for p in content if isinstance(p, dict))
