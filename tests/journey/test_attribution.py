@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 
 import pytest
 
@@ -93,13 +94,16 @@ def test_kernel_rtt_of_a_real_connection() -> None:
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen()
+        started = time.perf_counter()
         with socket.create_connection(server.getsockname()) as client, server.accept()[0] as accepted:
             client.sendall(b"ping")
             accepted.recv(4)
             accepted.sendall(b"pong")
             client.recv(4)
+            exchanged_ms = (time.perf_counter() - started) * 1000
             rtt = rtt_of(client)
-    assert rtt is not None and 0 < rtt.smoothed_ms < 50
+    # the kernel's round trips were all taken within the exchange, however long a busy machine made it
+    assert rtt is not None and 0 < rtt.smoothed_ms <= exchanged_ms
     assert rtt.min_ms is None or rtt.min_ms <= rtt.smoothed_ms
     assert rtt_of(None) is None
     a, b = socket.socketpair()

@@ -20,10 +20,11 @@ from firsttoken.journey import log as journey_log
 from firsttoken.journey.attribution import phases
 from firsttoken.journey.log import JourneyLog, row
 from firsttoken.journey.metrics import Metrics
-from firsttoken.journey.sink import BATCH_S, JourneySink
+from firsttoken.journey.sink import JourneySink
 from firsttoken.journey.summary import parse_since, percentile, summarise
 from firsttoken.journey.timeline import Timeline
 from support.gateway_process import GatewayProcess
+from support.waiting import wait_until, wait_until_async
 
 USER = [{"role": "user", "content": "hello there"}]
 
@@ -46,8 +47,7 @@ def ask(gateway: GatewayProcess, n: int) -> None:
 def test_the_log_survives_a_restart_and_is_summarised(tmp_path, upstream) -> None:
     for _ in range(2):
         with GatewayProcess(settings(upstream.url), tmp_path) as gateway:
-            ask(gateway, 3)
-            time.sleep(0.6)  # past the sink's flush
+            ask(gateway, 3)  # its shutdown writes the last journeys to the log
     path = tmp_path / "firsttoken-journeys.db"
     rows = journey_log.read(path)
     assert len(rows) == 6 and {r["upstream"] for r in rows} == {"fake"} and {r["status"] for r in rows} == {200}
@@ -66,11 +66,18 @@ def test_the_log_survives_a_restart_and_is_summarised(tmp_path, upstream) -> Non
 
 
 def test_metrics_use_the_genai_names(tmp_path, upstream) -> None:
+    labels = 'firsttoken_upstream="fake",gen_ai_operation_name="chat",gen_ai_request_model="echo"'
     with GatewayProcess(settings(upstream.url), tmp_path) as gateway:
         ask(gateway, 4)
-        time.sleep(0.6)
-        text = httpx.get(gateway.url + "/metrics", timeout=5).text
-    labels = 'firsttoken_upstream="fake",gen_ai_operation_name="chat",gen_ai_request_model="echo"'
+
+        def all_four() -> str:
+            """/metrics once it counts the four (it takes the batch first, but a request's journey joins the
+            batch as its handler ends, a moment after its client has the answer)."""
+            text = httpx.get(gateway.url + "/metrics", timeout=5).text
+            return text if f'gen_ai_client_operation_duration_seconds_count{{error_type="",{labels}}} 4.0' in text \
+                else ""
+
+        text = wait_until(all_four, "the four requests in /metrics")
     for name in ("gen_ai_client_operation_duration_seconds", "gen_ai_server_time_to_first_token_seconds",
                  "gen_ai_client_token_usage"):
         assert f"# TYPE {name} histogram" in text
@@ -128,8 +135,7 @@ async def test_a_started_sink_takes_journeys_in_batches_and_loses_none(tmp_path)
     for i in range(3):
         sink.put(finished(f"b{i}"))
     assert counted(metrics) == 0  # waiting for its batch
-    await asyncio.sleep(BATCH_S * 3)
-    assert counted(metrics) == 3
+    await wait_until_async(lambda: counted(metrics) == 3, "the batch taken on the loop")
     sink.put(finished("last"))  # finished just before shutdown: close takes it
     await asyncio.to_thread(sink.close)
     assert [r["id"] for r in journey_log.read(tmp_path / "j.db")] == ["b0", "b1", "b2", "last"]

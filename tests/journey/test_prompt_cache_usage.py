@@ -5,12 +5,12 @@ prefix cache reports `prompt_tokens_details.cached_tokens` as providers do."""
 from __future__ import annotations
 
 import sqlite3
-import time
 
 import httpx
 import openai
 
 from support.gateway_process import GatewayProcess
+from support.waiting import wait_until
 
 STANDING = " ".join(f"rule{i} holds" for i in range(600))  # an agent's long standing instructions
 
@@ -42,11 +42,18 @@ def test_cached_input_tokens_reach_the_journey_the_log_and_the_metrics(tmp_path)
         assert first["cached_input_tokens"] == 0 and second["cached_input_tokens"] == cached
         assert third["cached_input_tokens"] >= cached  # a stream's usage chunk says it too
         assert f"prompt cache served {cached} of {second['input_tokens']} input tokens" in second["verdict"]
-        time.sleep(1.5)  # the journeys reach the metrics and the log in batches
-        metrics = httpx.get(f"{gateway.url}/metrics", timeout=10).text
-        line = next(row for row in metrics.splitlines()
-                    if row.startswith("firsttoken_upstream_cached_input_tokens_total"))
-        assert float(line.rsplit(" ", 1)[1]) == cached + third["cached_input_tokens"]
+
+        def counted() -> float | None:
+            """The cached input tokens /metrics counts (it takes the journeys' batch first, but a request's
+            journey joins the batch as its handler ends, a moment after its client has the answer)."""
+            metrics = httpx.get(f"{gateway.url}/metrics", timeout=10).text
+            line = next((row for row in metrics.splitlines()
+                         if row.startswith("firsttoken_upstream_cached_input_tokens_total")), None)
+            return None if line is None else float(line.rsplit(" ", 1)[1])
+
+        expected = cached + third["cached_input_tokens"]
+        wait_until(lambda: counted() == expected, f"{expected} cached input tokens in /metrics")
+    # the gateway's shutdown wrote the last journeys to the log
     with sqlite3.connect(log) as db:
         kept = dict(db.execute("SELECT id, cached_tokens FROM journeys"))
     assert kept[stream_id] == third["cached_input_tokens"]

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-import time
-
 import httpx
 
 from conftest import ADMIN, CLIENT_KEY, OTHER_CLIENT_KEY, gateway_settings
 from support.gateway_process import GatewayProcess
+from support.waiting import wait_until
 
 USER = [{"role": "user", "content": "hello"}]
 AS = {name: {"authorization": f"Bearer {key}"} for name, key in (("app", CLIENT_KEY), ("other", OTHER_CLIENT_KEY))}
@@ -26,14 +25,6 @@ def listed(gateway: GatewayProcess, headers: dict[str, str]) -> list[str]:
     return [journey["request_id"] for journey in journeys]
 
 
-def eventually(check, timeout_s: float = 5.0):  # type: ignore[no-untyped-def]
-    """A batch reaches Redis within a tenth of a second or so; give it a few."""
-    deadline = time.monotonic() + timeout_s
-    while not (result := check()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return result
-
-
 def test_any_replica_answers_for_every_replicas_journeys(upstream, redis_server, tmp_path) -> None:
     settings = gateway_settings(upstream.url)
     settings["journeys"] = {"redis": redis_server.url, "log": None}
@@ -43,7 +34,8 @@ def test_any_replica_answers_for_every_replicas_journeys(upstream, redis_server,
         mine = [ask(a, "app"), ask(b, "app")]
         theirs = [ask(a, "other")]
         for replica in (a, b):
-            assert eventually(lambda r=replica: set(listed(r, AS["app"])) >= set(mine))
+            # a batch reaches Redis within a tenth of a second or so
+            wait_until(lambda r=replica: set(listed(r, AS["app"])) >= set(mine), "both replicas' journeys listed")
             for request_id in mine:
                 journey = httpx.get(f"{replica.url}/v1/journeys/{request_id}", headers=AS["app"])
                 assert journey.status_code == 200 and journey.json()["request_id"] == request_id
@@ -59,5 +51,5 @@ def test_with_redis_away_each_replica_shows_its_own(upstream, tmp_path) -> None:
     settings["journeys"] = {"redis": "redis://127.0.0.1:1/0", "log": None}  # nothing listens there
     with GatewayProcess(settings, tmp_path) as gateway:
         request_id = ask(gateway, "app")
-        assert eventually(lambda: request_id in listed(gateway, AS["app"]))
+        wait_until(lambda: request_id in listed(gateway, AS["app"]), "its own journey listed")
         assert httpx.get(f"{gateway.url}/v1/journeys/{request_id}", headers=AS["app"]).status_code == 200

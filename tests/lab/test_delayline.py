@@ -11,7 +11,6 @@ import json
 import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ except ModuleNotFoundError:  # a checkout whose package is not installed in the 
     import firsttoken
 
 from firsttoken.lab.delayline import DelayLine, DelayLineError
+from support.waiting import wait_until
 
 pytestmark = pytest.mark.quiet  # measures the forwarder to the millisecond: not beside a loaded gateway
 
@@ -35,6 +35,11 @@ TOLERANCE = 0.02
 # The forwarder is a process on a shared 2-core machine: when the other core is busy, its wake-ups
 # come a few hundred µs late, which a 2 % bound on a 20 ms line cannot absorb.
 JITTER_MS = 0.75
+# With a CPU hog on each core, the four processes a round trip crosses (client, forwarder each way,
+# server) each wait for a core: medians 2 to 4 ms above the line's (the forwarder's own stats show its
+# share). The ceiling allows that much more; the errors it is there for (a delay applied twice, one
+# direction's delay on both) cost 20 ms and more on these lines, and still fail. The floor stays exact.
+BUSY_MS = 8.0
 
 # Listens on the server address and prints the port. Per connection, the first byte picks the
 # mode: "e" echoes until EOF, "b" sinks an 8-byte length then that many bytes and answers with
@@ -172,10 +177,11 @@ def _measure_round_trip(line: DelayLine, port: int, mode: str, what: str) -> flo
 
     The floor is checked on every sample of every attempt: the forwarder must never release a
     frame early. The ceiling gets up to ATTEMPTS runs, because on a shared virtual machine a burst
-    of steal time can shift a whole run by a millisecond; a line that really adds too much fails
+    of steal time can shift a whole run by milliseconds; a line that really adds too much fails
     every attempt, so the retry does not hide a regression.
     """
     rtt_ms = line.rtt_ms
+    ceiling = rtt_ms * (1 + TOLERANCE) + JITTER_MS + BUSY_MS
     medians: list[float] = []
     for _ in range(ATTEMPTS):
         samples: list[float] = _client(line, port, mode, SAMPLES)["samples_ms"]
@@ -183,10 +189,12 @@ def _measure_round_trip(line: DelayLine, port: int, mode: str, what: str) -> flo
         assert min(samples) >= rtt_ms, f"{what}: a round trip beat the delay: {min(samples):.3f} ms"
         median = statistics.median(samples)
         medians.append(median)
-        print(f"{what}: median {median:.3f} ms (min {min(samples):.3f}, max {max(samples):.3f})")
-        if median <= rtt_ms * (1 + TOLERANCE) + JITTER_MS:
+        print(f"{what}: median {median:.3f} ms (min {min(samples):.3f}, max {max(samples):.3f}), "
+              f"forwarder late by {[d['lateness_p50_ms'] for d in line.stats().values()]} ms at the median")
+        if median <= ceiling:
             return median
-    pytest.fail(f"{what}: medians {[round(m, 3) for m in medians]} ms all above {rtt_ms} ms + 2 % + {JITTER_MS} ms")
+    pytest.fail(f"{what}: medians {[round(m, 3) for m in medians]} ms all above {ceiling:.3f} ms "
+                f"({rtt_ms} ms + 2 % + {JITTER_MS} ms + {BUSY_MS} ms)")
 
 
 @pytest.fixture(scope="module")
@@ -274,21 +282,16 @@ def test_stale_namespaces_of_a_killed_process_can_be_removed(available: None) ->
     assert client_ns in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     removed = DelayLine.remove_stale()
     assert client_ns in removed and len([n for n in removed if n.startswith(client_ns[:-4])]) == 3
-    _wait_gone(int(forwarder_pid))
+    wait_until(lambda: _exited(int(forwarder_pid)), "the forwarder of the killed process to exit")
 
 
-def _wait_gone(pid: int, timeout_s: float = 5.0) -> None:
-    """Wait until ``pid`` has exited (a zombie awaiting its new parent counts as exited)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as stat:
-                if stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
-                    return
-        except FileNotFoundError:
-            return
-        time.sleep(0.05)
-    pytest.fail(f"process {pid} still running")
+def _exited(pid: int) -> bool:
+    """Whether ``pid`` has exited (a zombie awaiting its new parent counts as exited)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
 
 
 def test_names_are_unique_per_instance() -> None:

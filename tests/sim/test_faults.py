@@ -3,13 +3,12 @@ connection, a busy region, all repeatable from a seed and changeable while the r
 
 from __future__ import annotations
 
-import time
-
 import httpx
 import pytest
 
 from firsttoken.sim.faults import Faults, FaultSettings
 from support.sim_region import region_on_loopback
+from support.waiting import not_before, wait_until, within
 
 from .test_server import server_timing
 
@@ -32,12 +31,15 @@ def test_a_stall_and_a_busy_region_wait_in_the_queue() -> None:
             httpx.Client(base_url=f"http://127.0.0.1:{port}") as client:
         response = client.post("/v1/chat/completions", json=ASK)
         assert response.status_code == 200
-        assert response.elapsed.total_seconds() >= 0.3
-        assert 300 <= server_timing(response.headers["server-timing"])["queue"] < 360
+        # the stall is in the queue the region declares, once: no less than it, and no more than the
+        # client waited for the whole answer (however slow this machine made that)
+        elapsed_ms = response.elapsed.total_seconds() * 1000
+        assert 300 <= server_timing(response.headers["server-timing"])["queue"] <= elapsed_ms
+        assert not_before(elapsed_ms, 300) and elapsed_ms < within(0.3) * 1000
         changed = client.post("/sim/faults", json={"stall_share": 0, "queue_ms": 120}).json()
         assert changed["queue_ms"] == 120 and changed["stall_s"] == 0.3  # fields not sent are kept
-        timing = server_timing(client.post("/v1/chat/completions", json=ASK).headers["server-timing"])
-        assert 120 <= timing["queue"] < 180
+        busy = client.post("/v1/chat/completions", json=ASK)
+        assert 120 <= server_timing(busy.headers["server-timing"])["queue"] <= busy.elapsed.total_seconds() * 1000
 
 
 @pytest.mark.parametrize("status", [500, 503])
@@ -101,10 +103,10 @@ def test_a_client_that_leaves_a_stall_is_counted_as_abandoned() -> None:
     with region_on_loopback(faults={"stall_share": 1, "stall_s": 5}) as (port, _):
         with pytest.raises(httpx.ReadTimeout):
             httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=ASK, timeout=0.3)
-        counted: dict = {}
-        for _ in range(50):  # the region notices the connection closing within a few ms
-            counted = httpx.get(f"http://127.0.0.1:{port}/sim/stats").json()["requests"]
-            if "abandoned" in counted:
-                break
-            time.sleep(0.02)
-        assert counted == {"received": 1, "abandoned": 1}
+
+        def counted() -> dict[str, int]:
+            return httpx.get(f"http://127.0.0.1:{port}/sim/stats").json()["requests"]
+
+        # the region notices the connection closing
+        wait_until(lambda: "abandoned" in counted(), "the region to count the request abandoned")
+        assert counted() == {"received": 1, "abandoned": 1}

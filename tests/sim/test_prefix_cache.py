@@ -4,14 +4,13 @@ cache_read_input_tokens and cache_creation_input_tokens under cache_control)."""
 
 from __future__ import annotations
 
-import time
-
 import anthropic
 import openai
 import pytest
 
 from firsttoken.sim.prefix_cache import BLOCK, PrefixCache, block_hashes
 from support.sim_region import region_on_loopback
+from support.waiting import wait_until
 
 MODEL = "llama-3.1-8b"
 LONG = " ".join(f"rule{i} applies" for i in range(1500))  # 3 000 words of an agent's standing instructions
@@ -85,12 +84,13 @@ def test_the_cache_is_bounded_and_least_recently_used_goes_first() -> None:
 
 def test_an_unloaded_model_has_forgotten_its_prefixes() -> None:
     # scale to zero frees the GPU's memory, the KV of the prefixes with it: the next turn prefills them again
-    with region_on_loopback(models=[MODEL], idle_unload=0.3, load_gb_s=1000) as (port, _region):
+    with region_on_loopback(models=[MODEL], idle_unload=0.3, load_gb_s=1000) as (port, region):
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k", max_retries=0)
         turn = [{"role": "system", "content": LONG}, {"role": "user", "content": "First question?"}]
         client.chat.completions.create(model=MODEL, messages=turn, max_tokens=2)
         again = client.chat.completions.create(model=MODEL, messages=turn, max_tokens=2)
         assert again.usage.prompt_tokens_details.cached_tokens > 0  # loaded: held
-        time.sleep(1.0)  # idle past idle_unload: unloaded
+        replica = region.replicas[MODEL][0]
+        wait_until(lambda: not replica.loaded, "the model to unload, idle past idle_unload")
         after = client.chat.completions.create(model=MODEL, messages=turn, max_tokens=2)
         assert after.usage.prompt_tokens_details.cached_tokens == 0

@@ -11,6 +11,7 @@ from firsttoken.sim import text
 from firsttoken.sim.catalogue import Catalogue
 from firsttoken.sim.roofline import Deployment
 from support.sim_region import region_on_loopback
+from support.waiting import not_before, wait_until, within
 
 CATALOGUE = Catalogue.builtin()
 DEPLOYMENT = Deployment(CATALOGUE.gpu("h100"), CATALOGUE.model("llama-3.1-8b"), "bf16", 1)
@@ -43,8 +44,9 @@ def test_non_streaming_answer_usage_and_ground_truth(client) -> None:
     assert completion.usage.prompt_tokens == text.prompt_tokens(MESSAGES)
     timing = dict(part.strip().split(";dur=") for part in raw.headers["server-timing"].split(","))
     assert set(timing) == {"queue", "cold", "prefill"}
-    # an idle region: no queue, and the first token after one prefill step of this prompt
-    assert float(timing["queue"]) == pytest.approx(0, abs=1.0)  # the engine loop's wake-up only
+    # an idle region: no queue (the engine loop's wake-up only, however late a busy machine ran it), and
+    # the first token after one prefill step of this prompt
+    assert 0 <= float(timing["queue"]) < within(0) * 1000
     expected = DEPLOYMENT.mixed_step_s(0, 0, text.prompt_tokens(MESSAGES), 0) * 1000
     assert float(timing["prefill"]) == pytest.approx(expected, abs=0.05)
 
@@ -62,11 +64,11 @@ def test_stream_follows_the_engine_schedule(client) -> None:
             usage = chunk.usage
     assert content == "".join(text.answer(40, []).pieces) and usage.completion_tokens == 40
     decode = DEPLOYMENT.decode_step_s(text.prompt_tokens(MESSAGES) + 20, 1)
-    # 39 decode steps after the first token: no token comes before its step has ended, and the schedule
-    # is absolute, so however late a read is (this client shares a process with the region), the total
-    # does not drift
-    assert 0.9 * 39 * decode <= arrivals[-1] - arrivals[0] < 39 * decode + 0.1
-    assert arrivals[-1] - started < 1.0
+    # 39 decode steps after the first token: no token comes before its step has ended (this client shares a
+    # process with the region, so a read is only ever late), and the schedule is absolute: a busy machine
+    # delays tokens, it does not stretch the answer by a step's worth each
+    assert not_before(arrivals[-1] - arrivals[0], 0.9 * 39 * decode)
+    assert arrivals[-1] - arrivals[0] < within(39 * decode) and arrivals[-1] - started < within(40 * decode)
 
 
 def test_stop_sequences_and_unknown_models(client) -> None:
@@ -94,8 +96,9 @@ def test_a_quiet_spell_costs_a_cold_start() -> None:
 
         warm, _ = ask()
         assert warm["cold"] == 0
-        time.sleep(0.5)  # past idle_unload: the model leaves GPU memory
+        replica = region.replicas["llama-3.2-1b"][0]
+        wait_until(lambda: not replica.loaded, "the model to leave GPU memory after idle_unload")
         cold, elapsed = ask()
-        assert cold["cold"] == pytest.approx(load_ms, abs=20) and elapsed >= 0.3
+        assert cold["cold"] == pytest.approx(load_ms, abs=20) and not_before(elapsed, 0.3)
         again, _ = ask()  # loaded again
         assert again["cold"] == 0

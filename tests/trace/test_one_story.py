@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from firsttoken.journey.server_timing import parse_server_timing
 from support.gateway_process import GatewayProcess
 from support.one_story import assert_one_story, verdict_kind
+from support.waiting import wait_until
 
 DISTANCE = "most of this wait was distance"
 
@@ -83,9 +84,13 @@ def test_the_metrics_the_log_and_the_dashboard_hold_the_journeys_phases(gateway:
     added = {phase: total - before.get(phase, 0.0) for phase, total in phase_sums(gateway).items()}
     for phase in ("rtt", "queue+prefill", "decode", "gateway"):  # /metrics takes the batch first: none late
         assert added[phase] == pytest.approx(told["phases"][phase], abs=0.05), phase
-    time.sleep(0.8)  # past the log writer's flush
-    kept = httpx.get(f"{gateway.url}/dashboard/api/history?since={time.time() - 60}", timeout=10).json()["data"]
-    logged = next(j for j in kept if j["request_id"] == request_id)
+
+    def logged_journey() -> dict | None:
+        """The request's journey once the log writer's flush has written it."""
+        kept = httpx.get(f"{gateway.url}/dashboard/api/history?since={time.time() - 60}", timeout=10).json()["data"]
+        return next((j for j in kept if j["request_id"] == request_id), None)
+
+    logged = wait_until(logged_journey, "the journey in the log's history")
     live = httpx.get(f"{gateway.url}/dashboard/api/journeys/{request_id}", timeout=10).json()
     for phase, value in told["phases"].items():
         assert logged["phases"][phase] == pytest.approx(value, abs=0.01), phase
