@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from firsttoken.demo import STALL_S
 from support.gateway_process import free_port
 
 
@@ -30,7 +31,8 @@ def test_the_tour_shows_each_part_of_the_journey_and_leaves_nothing_running(tmp_
     assert steps["The same question again"]["cache"] == "hit"
     assert steps["In other words"]["cache"].startswith("semantic-hit; similarity=")
     hedge = steps["A hedge"]
-    assert hedge["hedge"] == "hedge-of=frankfurt/llama-3.1-8b" and hedge["ttft_ms"] < 2000
+    # The hedge won the race: its first token came before the stalling region's would have, however busy the machine.
+    assert hedge["hedge"] == "hedge-of=frankfurt/llama-3.1-8b" and hedge["ttft_ms"] < STALL_S * 1000
     assert steps["From Lagos to Virginia"]["floor_ms"] == pytest.approx(86, abs=2)
     assert "Watch it on the dashboard: http://127.0.0.1:" in done.stderr
     for pid in tour["pids"]:

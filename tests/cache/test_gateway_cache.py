@@ -10,16 +10,20 @@ import json
 import subprocess
 import sys
 import threading
-import time
 
 import httpx
 import openai
 import pytest
+import redis
 
 from conftest import ADMIN, ADMIN_KEY, CLIENT_KEY, OTHER_CLIENT_KEY, UPSTREAM_KEY
 from support.gateway_process import GatewayProcess, free_port
+from support.waiting import wait_until
 
 QUESTION = itertools.count()
+# What fake/slow-stream answers to a long question: a word every 50 ms for 2 s, so that an identical request
+# sent once the first is streaming joins it even on a busy machine (the test upstream has no gate to hold it).
+LONG = " ".join(["and"] * 40)
 
 
 def settings(upstream_url: str, **cache: object) -> dict:
@@ -40,9 +44,9 @@ def client(gateway: GatewayProcess, key: str = CLIENT_KEY) -> openai.OpenAI:
     return openai.OpenAI(base_url=gateway.url + "/v1", api_key=key, max_retries=0)
 
 
-def question() -> list[dict]:
+def question(more: str = "") -> list[dict]:
     """A question not asked before in this run."""
-    return [{"role": "user", "content": f"what is the capital of country number {next(QUESTION)}"}]
+    return [{"role": "user", "content": f"what is the capital of country number {next(QUESTION)} {more}".strip()}]
 
 
 def ask(gateway: GatewayProcess, messages: list[dict], key: str = CLIENT_KEY, model: str = "chat",
@@ -180,14 +184,19 @@ def test_cache_stats_and_purge_from_the_command_line(upstream, tmp_path) -> None
 
 
 def test_identical_requests_in_flight_join_the_first(cached, upstream) -> None:
-    messages = question()
+    messages = question(LONG)
     results: dict[str, tuple] = {}
+    streaming = threading.Event()
 
     def leader() -> None:
         raw = client(cached).chat.completions.with_raw_response.create(model="fake/slow-stream", messages=messages,
                                                                          stream=True)
-        results["leader"] = (raw.headers["x-firsttoken-cache"],
-                             "".join(c.choices[0].delta.content or "" for c in raw.parse() if c.choices))
+        text = ""
+        for chunk in raw.parse():
+            text += "".join(c.delta.content or "" for c in chunk.choices)
+            if text:
+                streaming.set()
+        results["leader"] = (raw.headers["x-firsttoken-cache"], text)
 
     def streamer() -> None:
         raw = client(cached).chat.completions.with_raw_response.create(model="fake/slow-stream", messages=messages,
@@ -201,12 +210,12 @@ def test_identical_requests_in_flight_join_the_first(cached, upstream) -> None:
     before = upstream.stats.chats
     first = threading.Thread(target=leader)
     first.start()
-    time.sleep(0.15)  # the leader is streaming: a word every 50 ms
+    assert streaming.wait(30), "the leader never streamed"
     others = [threading.Thread(target=streamer), threading.Thread(target=whole)]
     for thread in others:
         thread.start()
     for thread in (first, *others):
-        thread.join(15)
+        thread.join(30)
     assert upstream.stats.chats - before == 1
     state, text = results["leader"]
     assert state == "miss" and text.startswith("echo: what is the capital")
@@ -235,12 +244,14 @@ def test_a_request_that_joined_a_broken_stream_gets_its_error(cached, upstream) 
 
 def test_two_gateways_share_one_redis_cache(upstream, redis_server, tmp_path) -> None:
     messages = question()
-    shared = settings(upstream.url, backend="redis", url=redis_server.url, prefix="gateways:")
+    prefix = f"gateways{next(QUESTION)}:"
+    shared = settings(upstream.url, backend="redis", url=redis_server.url, prefix=prefix)
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    with GatewayProcess(shared, tmp_path / "a") as one, GatewayProcess(shared, tmp_path / "b") as two:
+    with GatewayProcess(shared, tmp_path / "a") as one, GatewayProcess(shared, tmp_path / "b") as two, \
+            redis.Redis.from_url(redis_server.url) as seen:
         assert ask(one, messages)[0] == "miss"
-        time.sleep(0.2)  # the write is handed off
+        wait_until(lambda: seen.keys(f"{prefix}a:*"), "gateway one's answer to reach Redis")  # written after it
         (state, _), calls = upstream_calls(upstream, lambda: ask(two, messages))
         assert state == "hit" and calls == 0
         assert ask_stream(two, messages)[0] == "hit"
@@ -254,19 +265,23 @@ def test_a_redis_that_is_down_only_means_misses(upstream, tmp_path) -> None:
 
 
 def test_a_joined_request_whose_client_leaves_goes_nowhere(cached, upstream) -> None:
-    messages = question()
+    messages = question(LONG)
     body = {"model": "fake/slow-stream", "messages": messages, "stream": True}
     auth = {"authorization": f"Bearer {CLIENT_KEY}"}
     before = upstream.stats.chats
     first = threading.Thread(target=lambda: httpx.post(cached.url + "/v1/chat/completions", json=body, headers=auth,
-                                                       timeout=10))
+                                                       timeout=30))
     first.start()
-    deadline = time.monotonic() + 10
-    while upstream.stats.chats == before and time.monotonic() < deadline:  # the leader is upstream now
-        time.sleep(0.01)
-    with httpx.stream("POST", cached.url + "/v1/chat/completions", json=body, headers=auth, timeout=10) as reply:
+    wait_until(lambda: upstream.stats.chats > before, "the leader to be upstream")
+    with httpx.stream("POST", cached.url + "/v1/chat/completions", json=body, headers=auth, timeout=30) as reply:
         assert reply.headers["x-firsttoken-cache"] == "hit; joined"
+        follower = reply.headers["x-request-id"]
         next(reply.iter_raw())  # the first of its events, then the client hangs up
-    first.join(15)
-    time.sleep(0.3)
+    first.join(30)
+
+    def ended() -> bool:  # the follower's journey is over: whatever it was to send upstream, it has sent
+        found = httpx.get(f"{cached.url}/v1/journeys?limit=20", headers=auth).json()["data"]
+        return any(j["request_id"] == follower for j in found)
+
+    wait_until(ended, "the follower's journey to end")
     assert upstream.stats.chats - before == 1

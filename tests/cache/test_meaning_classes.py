@@ -9,13 +9,16 @@ import itertools
 import json
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import CLIENT_KEY, UPSTREAM_KEY
+from conftest import ADMIN, ADMIN_KEY, CLIENT_KEY, UPSTREAM_KEY
 from firsttoken.cache.embed import load_embedder
 from firsttoken.cache.semantic import DEFAULT_THRESHOLD, SemanticIndex
 from support.gateway_process import GatewayProcess
+from support.waiting import PATIENCE_S
 
 SET = json.loads((Path(__file__).parent / "data" / "meaning_classes.json").read_text())
 # Of each class's 25 true paraphrases, at least this many are served (measured: 19-22, facts 15; the
@@ -50,9 +53,12 @@ RUN = itertools.count()
 
 
 def settings(upstream_url: str) -> dict:
+    # Every lookup runs (a busy encoder would otherwise skip it, and a skipped lookup is a miss that proves
+    # nothing about meeting another conversation's answer).
     return {"upstreams": {"fake": {"url": upstream_url, "key": UPSTREAM_KEY}},
-            "keys": [{"name": "app", "key": CLIENT_KEY}], "models": {"chat": ["fake/echo"]},
-            "cache": {"backend": "sqlite", "path": "cache.db", "semantic": True}}
+            "keys": [{"name": "app", "key": CLIENT_KEY}], "models": {"chat": ["fake/echo"]}, "admin_key": ADMIN_KEY,
+            "cache": {"backend": "sqlite", "path": "cache.db", "semantic": True,
+                      "semantic_wait_ms": PATIENCE_S * 1000}}
 
 
 def ask(gateway: GatewayProcess, messages: list[dict]) -> tuple[str, str]:
@@ -74,3 +80,6 @@ def test_a_follow_up_never_meets_another_conversations_answer(upstream, tmp_path
                 assert answer == f"echo: {conversation['asked'][-1]['content']}"
             elif state.startswith("semantic-hit"):  # the same conversation: its own answer
                 assert answer == f"echo: {conversation['stored'][-1]['content']}"
+        metrics = text_string_to_metric_families(httpx.get(gateway.url + "/metrics", headers=ADMIN).text)
+        [skipped] = [f.samples[0].value for f in metrics if f.name == "firsttoken_semantic_lookups_skipped"]
+        assert skipped == 0  # every answer above came from a lookup that ran

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import threading
 import time
 from dataclasses import astuple
 
@@ -15,6 +16,7 @@ import pytest
 from firsttoken.cache.entry import Entry, PromptRecord
 from firsttoken.cache.redis_store import RedisStore
 from firsttoken.cache.stores import MemoryStore, SqliteStore
+from support.waiting import PATIENCE_S, wait_until_async
 
 
 def entry(body: bytes = b'{"choices":[]}', tenant: str = "app", model: str = "up/m", ttl: float = 60) -> Entry:
@@ -171,13 +173,35 @@ async def test_a_shared_store_follows_the_prompts_another_process_adds(kind, tmp
     await theirs.close()
 
 
+class HeldReads:
+    """The follower's connection, each read held until the test lets it go: a read under way, for certain."""
+
+    def __init__(self, db) -> None:
+        self.db, self.reading, self.go, self.events = db, threading.Event(), threading.Event(), []
+
+    def execute(self, query: str, args: tuple):
+        self.reading.set()
+        self.go.wait(PATIENCE_S)
+        found = self.db.execute(query, args)
+        self.events.append("read")
+        return found
+
+    def close(self) -> None:
+        self.events.append("closed")
+        self.db.close()
+
+
 async def test_a_sqlite_store_closes_while_its_follower_reads(tmp_path) -> None:
     """A cancelled follow() leaves its read running on a thread: closing the store waits for it."""
     store = SqliteStore(tmp_path / "cache.db", 10_000)
-    for i in range(200):
-        store.put(f"k{i}", entry(), prompt(f"k{i}"))
+    store.put("k", entry(), prompt("k"))
+    held = store._follower = HeldReads(store._follower)
     following = asyncio.ensure_future(anext(store.follow()))
-    await asyncio.sleep(0.55)  # its first read is under way, or about to be
+    await wait_until_async(held.reading.is_set, "the follower's read to be under way")
     following.cancel()
-    await store.close()
+    closing = asyncio.ensure_future(store.close())
+    await wait_until_async(store._stop.is_set, "the store to begin closing")  # while the read still runs
+    held.go.set()
+    await closing
+    assert held.events == ["read", "closed"]  # the connection closed after its read, not under it
     assert store._follow_query("SELECT 1", ()) == []

@@ -53,14 +53,16 @@ def test_the_request_that_may_not_fit_is_refused_in_each_format(gateway: Gateway
     assert standing[2][0] == f"day={2 * CLAUDE:.6f}/0.06"
     assert (standing[2][1] or "").startswith("52% of the day's budget of $0.06 is spent; it resets at ")
     # $0.047025 spent; the fourth may cost its prompt and 1 024 tokens at $15/M: $0.0154, past the $0.06
+    before = time.time()
     with pytest.raises(anthropic.RateLimitError) as refused:
         client.messages.create(**ASK)
+    after = time.time()
     error = refused.value
     assert error.body["error"]["type"] == "rate_limit_error"
     assert "may cost up to $0.0154 (its prompt and max_tokens), and $0.0130 is left" in error.body["error"]["message"]
-    now = time.time()
-    midnight = calendar.timegm(time.gmtime(now)[:3] + (0, 0, 0)) + 86400
-    assert abs(int(error.response.headers["retry-after"]) - (midnight - now)) <= 5
+    midnight = calendar.timegm(time.gmtime(before)[:3] + (0, 0, 0)) + 86400
+    # the whole seconds to midnight from the moment it was refused, somewhere between `before` and `after`
+    assert int(midnight - after) + 1 <= int(error.response.headers["retry-after"]) <= int(midnight - before) + 1
     assert error.response.headers["x-firsttoken-budget-resets"] == time.strftime("%Y-%m-%dT00:00:00Z",
                                                                                 time.gmtime(midnight))
     assert error.response.headers["x-should-retry"] == "false"  # the SDKs would otherwise try again

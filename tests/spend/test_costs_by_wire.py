@@ -6,7 +6,6 @@ the key's daily totals."""
 from __future__ import annotations
 
 import sqlite3
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,8 +18,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from conftest import ADMIN, CLIENT_KEY
 from support.gateway_process import GatewayProcess
 from support.recorded_usage import run_recorded_upstream
-from support.spend_ledger import ledger_rows, recorded_gateway_settings
+from support.spend_ledger import closing_cost, ledger_rows, recorded_gateway_settings
 from support.threaded import InThread
+from support.waiting import wait_until
 
 # By hand from prices/tables/api_prices.csv: (uncached input, cached input, cache writes, output) × $/M.
 GPT_4O_MINI = (86 * 0.15 + 1920 * 0.075 + 300 * 0.6) / 1e6  # chat completions' recorded usage
@@ -58,12 +58,6 @@ def assert_costed(gateway: GatewayProcess, request_id: str, said: str, route: st
             row["reasoning_tokens"]) == TOKENS[route]
     assert row["estimated"] == 0 and "estimated" not in fields
     assert (int(fields["input"]), int(fields["output"])) == (TOKENS[route][0], TOKENS[route][3])
-
-
-def closing_cost(lines: list[str]) -> str:
-    found = [line for line in lines if line.startswith(": x-firsttoken-cost ")]
-    assert len(found) == 1, lines[-6:]
-    return found[0].removeprefix(": x-firsttoken-cost ")
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -135,8 +129,9 @@ def test_a_chat_client_of_an_anthropic_upstream_pays_its_cache_writes(gateway: G
 
 
 def test_the_days_totals_are_the_rows_sum_and_v1_spend_says_them(gateway: GatewayProcess) -> None:
-    openai_client(gateway).chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "Hi"}])
-    time.sleep(0.3)  # the writer commits within milliseconds
+    raw = openai_client(gateway).chat.completions.with_raw_response.create(
+        model="gpt-4o-mini", messages=[{"role": "user", "content": "Hi"}])
+    ledger_rows(gateway.workdir, "id = ?", raw.headers["x-request-id"])  # committed, with its day's totals
     db = sqlite3.connect(gateway.workdir / "firsttoken-spend.db")
     by_rows = dict(db.execute("SELECT route, sum(usd) FROM requests GROUP BY route").fetchall())
     by_days = dict(db.execute("SELECT route, sum(usd) FROM days GROUP BY route").fetchall())
@@ -155,15 +150,20 @@ def test_the_journey_and_the_metrics_say_the_cost(gateway: GatewayProcess) -> No
     assert journey["cost"]["usd"] == pytest.approx(GPT_4O_MINI) and journey["cost"]["saved"] is None
     assert journey["cost"]["tokens"] == {"input": 2006, "cached_input": 1920, "cache_write": 0, "cache_write_1h": 0,
                                          "output": 300, "reasoning": 256}
-    time.sleep(0.2)  # the sink's batch
-    families = {f.name: f for f in text_string_to_metric_families(
-        httpx.get(gateway.url + "/metrics", headers=ADMIN).text)}
-    usd = {s.labels["firsttoken_route"]: s.value for s in families["firsttoken_cost_usd"].samples
-           if s.name.endswith("_total") and s.labels["firsttoken_key"] == "app"}
+    ledger_rows(gateway.workdir, "id = ?", raw.headers["x-request-id"])
     db = sqlite3.connect(gateway.workdir / "firsttoken-spend.db")
     counted = dict(db.execute("SELECT route, sum(usd) FROM requests WHERE key = 'app' GROUP BY route").fetchall())
     db.close()
-    assert usd == pytest.approx(counted)
+
+    def metrics() -> dict | None:
+        """The metrics, once the sink's batch with this request is in them (its cost is the ledger's)."""
+        families = {f.name: f for f in text_string_to_metric_families(
+            httpx.get(gateway.url + "/metrics", headers=ADMIN).text)}
+        usd = {s.labels["firsttoken_route"]: s.value for s in families["firsttoken_cost_usd"].samples
+               if s.name.endswith("_total") and s.labels["firsttoken_key"] == "app"}
+        return families if usd == pytest.approx(counted) else None
+
+    families = wait_until(metrics, f"the metrics to say the ledger's costs, {counted}")
     reasoning = [s.value for s in families["firsttoken_tokens"].samples
                  if s.labels.get("gen_ai_token_type") == "reasoning" and s.name.endswith("_total")]
     assert sum(reasoning) > 0

@@ -4,6 +4,7 @@ request may take, so a key stays within it once the route has answered a request
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import openai
 import pytest
 
 from support.gateway_process import GatewayProcess
+from support.waiting import SLACK
 
 KEY = "gpu-hour-client-key-0001"
 ASK = {"model": "sim/llama-3.2-1b", "max_tokens": 24, "messages": [{"role": "user", "content": "Name a river."}]}
@@ -20,8 +22,11 @@ def settings(budget: dict | None = None) -> dict:
     key: dict = {"name": "team", "key": KEY}
     if budget is not None:
         key["budget"] = budget
-    # H100s in Virginia, at the shipped on-demand rate; no cache: every request goes to the GPUs.
-    return {"sim": {"models": ["llama-3.2-1b"], "region": "aws:us-east-1"}, "keys": [key], "cache": False}
+    # H100s in Virginia, at the shipped on-demand rate; no cache: every request goes to the GPUs. A cost is the
+    # wall time the gateway measured: 20 ms a decode step makes a request's GPU time (~0.5 s) dwarf what a busy
+    # machine adds to it, so that what a request costs and what its hold says agree.
+    return {"sim": {"models": ["llama-3.2-1b"], "region": "aws:us-east-1", "efficiency": {"step_overhead_ms": 20}},
+            "keys": [key], "cache": False}
 
 
 def cost(raw: Any) -> float:
@@ -35,9 +40,11 @@ def test_a_gpu_hour_route_keeps_a_key_within_its_budget(tmp_path: Path) -> None:
     (tmp_path / "capped").mkdir()
     with GatewayProcess(settings(), tmp_path / "measure") as gateway:
         client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=KEY, max_retries=0)
-        costs = [cost(client.chat.completions.with_raw_response.create(**ASK)) for _ in range(3)]
-    one = max(costs)
-    assert min(costs) > 0 and one < 1.3 * min(costs), costs  # the same answer: the same GPU time, near enough
+        answers = [client.chat.completions.with_raw_response.create(**ASK) for _ in range(3)]
+    assert len({a.parse().usage.completion_tokens for a in answers}) == 1  # the same answer each time
+    costs = [cost(a) for a in answers]
+    one = statistics.median(costs)
+    assert min(costs) > 0 and max(costs) < SLACK * min(costs), costs  # the same GPU time, near enough
     budget = 2.5 * one
     with GatewayProcess(settings({"usd_per_day": budget}), tmp_path / "capped") as gateway:
         client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=KEY, max_retries=0)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from firsttoken.spend.journal import Journal
 from firsttoken.spend.ledger import SpendLedger, utc_day
+from support.waiting import wait_until
 
 
 def row(n: int, usd: float, key: str = "team") -> tuple:
@@ -60,10 +61,12 @@ def test_each_days_totals_are_the_sums_of_its_requests(tmp_path: Path) -> None:
         rows.append((f"req_{n}", at, utc_day(at), ("team", "ops")[n % 2], ("up/a", "up/b", "")[n % 3], "chat",
                      10 + n, n % 3, n % 2, 5 + n, n % 4, n % 7 == 0, None if n % 6 == 0 else 0.001 * n, saved_by,
                      n if saved_by else 0, 0.0005 * n if saved_by else 0.0, 0.1 * n if n % 8 else None))
+    recorded = 0
     for batch in (rows[:15], rows[15:], rows[3:9]):  # the last: rows committed already, again
         for r in batch + batch[:2]:
             ledger.record(r)
-        time.sleep(0.5)  # a commit (FLUSH_S) between batches
+        recorded += len(batch) + 2
+        wait_until(lambda n=recorded: ledger.written == n, "the batch to be committed")  # before the next is recorded
     ledger.close()
     db = sqlite3.connect(path)
     try:

@@ -17,8 +17,9 @@ import pytest
 from conftest import CLIENT_KEY
 from support.gateway_process import GatewayProcess
 from support.recorded_usage import RecordedUpstream, run_recorded_upstream
-from support.spend_ledger import ledger_rows, recorded_gateway_settings
+from support.spend_ledger import closing_cost, ledger_rows, recorded_gateway_settings
 from support.threaded import InThread
+from support.waiting import wait_until
 
 GPT_4O_MINI = (86 * 0.15 + 1920 * 0.075 + 300 * 0.6) / 1e6  # test_costs_by_wire: the recorded chat usage
 CAPPED_KEY = "capped-client-key-0002"
@@ -47,21 +48,28 @@ def test_a_cache_hit_and_a_joined_request_cost_nothing_and_record_what_they_save
         assert float(said["usd"]) == 0 and said["saved-by"] == "cache" and said["saved-tokens"] == "2306"
         assert float(said["saved-usd"]) == pytest.approx(GPT_4O_MINI, abs=1e-8)
         assert float(said["saved-s"]) >= 0  # the route's measured speed, less the replay's own time
-        # two identical requests at once: the second joins the first's flight
-        upstream.delay_s = 0.5
-        joined = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "And a repeater?"}]}
-        answers: list = []
-        threads = [threading.Thread(target=lambda: answers.append(
-            client.chat.completions.with_raw_response.create(**joined))) for _ in range(2)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(10)
-        upstream.delay_s = 0.0
-        outcomes = sorted(a.headers["x-firsttoken-cache"] for a in answers)
-        assert outcomes == ["hit; joined", "miss"]
-        follower = next(a for a in answers if a.headers["x-firsttoken-cache"] == "hit; joined")
-        assert fields(follower.headers["x-firsttoken-cost"])["saved-by"] == "joined"
+        # two identical requests at once: the first is held upstream, mid-stream, until the second has joined it
+        joined = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "And a repeater?"}], "stream": True}
+        leader: dict[str, str] = {}
+
+        def lead() -> None:
+            with client.chat.completions.with_streaming_response.create(**joined) as response:
+                list(response.iter_lines())
+                leader.update(response.headers)
+
+        upstream.held = True
+        try:
+            first_thread = threading.Thread(target=lead)
+            first_thread.start()
+            wait_until(lambda: upstream.waiting, "the first to be streaming from upstream")
+            with client.chat.completions.with_streaming_response.create(**joined) as follower:
+                upstream.held = False  # its headers are out: it joined
+                said = fields(closing_cost(list(follower.iter_lines())))
+        finally:
+            upstream.held = False
+        first_thread.join(30)
+        assert (leader["x-firsttoken-cache"], follower.headers["x-firsttoken-cache"]) == ("miss", "hit; joined")
+        assert float(said["usd"]) == 0 and said["saved-by"] == "joined"
         rows = {r["id"]: r for r in ledger_rows(gateway.workdir, at_least=4)}
         hit_row = rows[hit.headers["x-request-id"]]
         assert (hit_row["usd"], hit_row["saved_by"], hit_row["saved_tokens"]) == (0.0, "cache", 2306)

@@ -5,7 +5,6 @@ and not one more; what they spend is the budget's, not twice it."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 
@@ -17,6 +16,7 @@ from support.recorded_usage import RecordedUpstream, run_recorded_upstream
 from support.redis_server import RedisServer
 from support.spend_ledger import ledger_rows, recorded_gateway_settings
 from support.threaded import InThread
+from support.waiting import wait_until
 
 CLAUDE = (50 * 3 + 12000 * 0.3 + 1500 * 3.75 + 420 * 15) / 1e6  # $0.015675 a request (test_costs_by_wire)
 MOST = (1 * 3 + 1024 * 15) / 1e6  # what one is held for: its prompt (a token, by estimate) and max_tokens
@@ -40,13 +40,12 @@ def upstream() -> Iterator[RecordedUpstream]:
 
 
 def spent(gateways: list[GatewayProcess], name: str, answered: int) -> list[dict]:
-    """Both replicas' rows of `name`, once the `answered` requests are all committed (or five seconds)."""
-    deadline = time.monotonic() + 5
-    while True:
-        rows = [row for gateway in gateways for row in ledger_rows(gateway.workdir, "key = ?", name, at_least=0)]
-        if len(rows) >= answered or time.monotonic() > deadline:
-            return rows
-        time.sleep(0.05)
+    """Both replicas' rows of `name`, once the `answered` requests are all committed."""
+    def rows() -> list[dict] | None:
+        found = [row for gateway in gateways for row in ledger_rows(gateway.workdir, "key = ?", name, at_least=0)]
+        return found if len(found) >= answered else None
+
+    return wait_until(rows, f"{answered} committed rows of {name}")
 
 
 def test_one_after_another_on_either_replica(upstream: RecordedUpstream, redis_server: RedisServer,
@@ -69,7 +68,7 @@ def test_all_at_once_on_both_replicas(upstream: RecordedUpstream, redis_server: 
     key = "shared-budget-key-0002"
     budget = 0.05  # room for three holds of $0.0154, not four
     stack, gateways = replicas(upstream, redis_server, tmp_path_factory, "at-once", key, budget)
-    upstream.delay_s = 0.5  # every request still in flight while the others arrive
+    upstream.held = True  # every request let in stays in flight until all eight have had their answer
     try:
         with stack:
             outcomes: list[str] = []
@@ -84,11 +83,14 @@ def test_all_at_once_on_both_replicas(upstream: RecordedUpstream, redis_server: 
             threads = [threading.Thread(target=ask, args=(gateways[n % 2],)) for n in range(8)]
             for thread in threads:
                 thread.start()
+            # Each of the eight is let in (and held upstream) or refused, all while those let in are in flight.
+            wait_until(lambda: upstream.waiting + len(outcomes) == 8, "each request let in or refused")
+            upstream.held = False
             for thread in threads:
-                thread.join(15)
+                thread.join(30)
             assert sorted(outcomes) == ["answered"] * 3 + ["refused"] * 5
             assert 3 * MOST <= budget < 4 * MOST
             rows = spent(gateways, "at-once", 3)
             assert len(rows) == 3 and sum(r["usd"] for r in rows) <= budget
     finally:
-        upstream.delay_s = 0.0
+        upstream.held = False

@@ -6,6 +6,9 @@ the ones a test prices by hand.
 
     with InThread(run_recorded_upstream) as upstream:
         upstream.url  # http://127.0.0.1:PORT/v1
+
+A test that needs requests in flight at once holds the answers (`held`), waits until the ones it expects
+are being held (`waiting`), and lets them go: a barrier, not a delay a busy machine may outlast.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ TEXT = "Hello from the recorded upstream."
 class RecordedUpstream:
     url: str
     requests: int = 0
-    delay_s: float = 0.0  # before each answer: long enough for identical requests to join the first
+    held: bool = False  # while set, answers wait: a whole one before it, a stream after its first event
+    waiting: int = 0  # answers held now
 
 
 def _sse(data: Any, event: str | None = None) -> bytes:
@@ -105,18 +109,29 @@ def _responses(body: dict[str, Any]) -> list[bytes] | dict[str, Any]:
 async def run_recorded_upstream() -> AsyncIterator[RecordedUpstream]:
     state = RecordedUpstream("")
 
+    async def hold() -> None:
+        """Until the test lifts `held` (a flag it sets from its own thread: polled)."""
+        state.waiting += 1
+        try:
+            while state.held:
+                await asyncio.sleep(0.005)
+        finally:
+            state.waiting -= 1
+
     def route(answer: Any) -> Any:
         async def handle(request: web.Request) -> web.StreamResponse:
             state.requests += 1
             body = await request.json()
-            await asyncio.sleep(state.delay_s)
             made = answer(body)
             if isinstance(made, dict):
+                await hold()
                 return web.json_response(made)
             response = web.StreamResponse(headers={"content-type": "text/event-stream"})
             await response.prepare(request)
-            for event in made:
+            for n, event in enumerate(made):
                 await response.write(event)
+                if n == 0:  # under way: an identical request may join it now
+                    await hold()
             await response.write_eof()
             return response
         return handle
