@@ -14,6 +14,7 @@ import pytest
 from conftest import CLIENT_KEY, gateway_settings
 from support.gateway_process import GatewayProcess
 from support.openai_upstream import UpstreamThread
+from support.waiting import wait_until
 
 USER = [{"role": "user", "content": "hello"}]
 
@@ -43,8 +44,8 @@ def test_keep_warm_exercises_the_pool_while_idle(own_upstream, tmp_path) -> None
     settings["upstreams"]["fake"]["pool"] = {"warm": 2, "refresh_s": 0.3}
     with GatewayProcess(settings, tmp_path):
         before = own_upstream.stats.requests
-        time.sleep(1.0)
-        assert own_upstream.stats.requests >= before + 4  # two probes per refresh, nobody calling
+        # nobody calling
+        wait_until(lambda: own_upstream.stats.requests >= before + 4, "two refreshes, two probes each")
         assert len(own_upstream.stats.connections) == 2  # on the same warm connections
 
 
@@ -58,17 +59,19 @@ def test_keep_warm_leaves_the_connections_traffic_keeps_busy_alone(own_upstream,
         before = own_upstream.stats.requests - own_upstream.stats.chats
         body = {"model": "fake/sleep-100", "messages": USER}
 
-        def one(_n: int) -> None:
-            httpx.post(gateway.url + "/v1/chat/completions", json=body, timeout=10,
-                       headers={"Authorization": f"Bearer {CLIENT_KEY}"}).raise_for_status()
+        # Six clients, each asking again as soon as answered (an answer takes 100 ms), for three refresh rounds:
+        # of FIFO-reused connections, each waits about a third of an answer's time between two requests, far
+        # from the half round after which it would be probed, however slow the machine. Probing every warm
+        # connection at each round would send 24.
+        end = time.monotonic() + 3 * 1.0
 
-        with ThreadPoolExecutor(8) as pool:  # a request every 30 ms, each 100 ms long: 3-4 at once, for 3.5 s
-            futures = []
-            for n in range(116):
-                futures.append(pool.submit(one, n))
-                time.sleep(0.03)
-            for future in futures:
-                future.result()
+        def keep_asking(_client: int) -> None:
+            while time.monotonic() < end:
+                httpx.post(gateway.url + "/v1/chat/completions", json=body, timeout=30,
+                           headers={"Authorization": f"Bearer {CLIENT_KEY}"}).raise_for_status()
+
+        with ThreadPoolExecutor(6) as pool:
+            list(pool.map(keep_asking, range(6)))
         probes = own_upstream.stats.requests - own_upstream.stats.chats - before
         assert probes <= 8, "traffic kept the warm connections fresh: no round probed them all again"
         assert len(own_upstream.stats.connections) <= 10, "no probe took a connection a request then had to open"
@@ -83,9 +86,7 @@ def test_client_leaving_mid_stream_aborts_the_upstream(own_upstream, tmp_path) -
             for line in response.iter_lines():
                 if "word" in line:
                     break  # leave after the first token, ~10 s before the stream would end
-        deadline = time.monotonic() + 3
-        while own_upstream.stats.aborted_streams == 0 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: own_upstream.stats.aborted_streams, "the upstream stream to be aborted")
         assert own_upstream.stats.aborted_streams == 1
         # and the gateway is fine afterwards
         client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=CLIENT_KEY, max_retries=0)
@@ -103,10 +104,8 @@ def test_a_client_that_stops_reading_is_dropped_and_its_upstream_aborted(own_ups
             sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                          b"Authorization: Bearer " + CLIENT_KEY.encode() + b"\r\n"
                          b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-            deadline = time.monotonic() + 15
-            while own_upstream.stats.aborted_streams == 0 and time.monotonic() < deadline:
-                time.sleep(0.1)
-            assert own_upstream.stats.aborted_streams == 1, "the stalled stream still holds its upstream"
+            wait_until(lambda: own_upstream.stats.aborted_streams, "the stalled stream to give up its upstream")
+            assert own_upstream.stats.aborted_streams == 1
         assert "dropping a stalled client" in gateway.log()
 
 
@@ -116,7 +115,7 @@ def test_refresh_follows_the_upstreams_keep_alive_timeout(tmp_path) -> None:
     with UpstreamThread(keepalive_s=1.0) as upstream:
         settings = gateway_settings(upstream.url)
         with GatewayProcess(settings, tmp_path) as gateway:
-            time.sleep(2.5)  # longer than the upstream keeps an idle connection
+            time.sleep(2.5)  # the quiet spell itself: longer than the upstream keeps an idle connection
             client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=CLIENT_KEY, max_retries=0)
             raw = client.chat.completions.with_raw_response.create(model="chat", messages=USER)
             assert "connect;dur=0.00" in raw.headers["server-timing"]

@@ -14,8 +14,10 @@ import openai
 import pytest
 
 from conftest import CLIENT_KEY
+from support.faulty_answers import HELD, HELD_TEXT
 from support.gateway_process import GatewayProcess
 from support.openai_upstream import UPSTREAM_KEY
+from support.waiting import wait_until
 
 LIMITED_KEY = "sk-limited-key-000000000000"
 
@@ -23,7 +25,7 @@ LIMITED_KEY = "sk-limited-key-000000000000"
 @pytest.fixture(scope="module")
 def gateway(upstream, tmp_path_factory) -> Iterator[GatewayProcess]:
     settings = {"upstreams": {"fake": {"url": upstream.url, "key": UPSTREAM_KEY}},
-                "models": {"echo": ["fake/echo"], "inspect": ["fake/inspect"], "slow": ["fake/sleep-700"]},
+                "models": {"echo": ["fake/echo"], "inspect": ["fake/inspect"], "held": ["fake/held"]},
                 "cache": {"backend": "memory"},
                 "keys": [{"name": "app", "key": CLIENT_KEY}, {"name": "limited", "key": LIMITED_KEY, "rpm": 1}]}
     with GatewayProcess(settings, tmp_path_factory.mktemp("formats")) as running:
@@ -40,26 +42,30 @@ def test_prompt_cache_key_reaches_the_upstream_untouched(gateway, upstream) -> N
 
 
 def test_identical_streams_in_flight_share_one_upstream_stream(gateway, upstream) -> None:
-    """A Messages stream and a second identical one started while the first waits: one upstream request."""
-    claude = anthropic.Anthropic(base_url=gateway.url, api_key=CLIENT_KEY, max_retries=0, timeout=20)
-    before = upstream.stats.by_model["sleep-700"]
-    results: dict[int, tuple[str, str]] = {}
+    """A Messages stream and a second identical one started while the first is still upstream: one upstream
+    request."""
+    claude = anthropic.Anthropic(base_url=gateway.url, api_key=CLIENT_KEY, max_retries=0, timeout=60)
+    before = upstream.stats.by_model["held"]
+    outcomes: dict[int, str] = {}
+    texts: dict[int, str] = {}
 
     def ask(number: int) -> None:
-        raw = claude.messages.with_raw_response.create(model="slow", max_tokens=50, stream=True,
+        raw = claude.messages.with_raw_response.create(model="held", max_tokens=50, stream=True,
                                                        messages=[{"role": "user", "content": "shared flight"}])
-        text = "".join(e.delta.text for e in raw.parse() if e.type == "content_block_delta")
-        results[number] = (raw.headers["x-firsttoken-cache"], text)
+        outcomes[number] = raw.headers["x-firsttoken-cache"]
+        texts[number] = "".join(e.delta.text for e in raw.parse() if e.type == "content_block_delta")
 
     threads = [threading.Thread(target=ask, args=(n,)) for n in range(2)]
-    threads[0].start()
-    threading.Event().wait(0.3)  # the first is upstream, waiting on its first token
-    threads[1].start()
+    with HELD.shut():  # the upstream's answer waits after its first word until the second request has joined it
+        threads[0].start()
+        wait_until(lambda: upstream.stats.by_model["held"] == before + 1, "the first request upstream")
+        threads[1].start()
+        wait_until(lambda: len(outcomes) == 2, "both requests to start their streams")
     for thread in threads:
-        thread.join(20)
-    assert upstream.stats.by_model["sleep-700"] - before == 1
-    assert sorted(outcome for outcome, _ in results.values()) == ["hit; joined", "miss"]
-    assert {text for _, text in results.values()} == {"echo: shared flight"}
+        thread.join(60)
+    assert upstream.stats.by_model["held"] - before == 1
+    assert sorted(outcomes.values()) == ["hit; joined", "miss"]
+    assert set(texts.values()) == {HELD_TEXT} and len(texts) == 2
 
 
 def test_a_keys_limit_is_refused_in_the_routes_own_shape(gateway) -> None:

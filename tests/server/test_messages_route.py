@@ -111,7 +111,8 @@ def events(gateway: GatewayProcess, body: dict, headers: dict | None = None) -> 
 @pytest.mark.parametrize("model", ["thinker", "native-thinker"])
 def test_event_sequence_with_thinking(gateway: GatewayProcess, model: str) -> None:
     """The real order: message_start; each block's start, deltas, stop; message_delta; message_stop."""
-    seen = events(gateway, {"model": model, "max_tokens": 2000, "messages": ask("think, then say"),
+    # The region draws how long it thinks from the request: this one, a few hundred tokens (seconds, not ten).
+    seen = events(gateway, {"model": model, "max_tokens": 2000, "messages": ask("think, then say yes"),
                             "thinking": {"type": "enabled", "budget_tokens": 1024}})
     names = [name for name, _ in seen]
     assert names[0] == "message_start" and names[-2:] == ["message_delta", "message_stop"]

@@ -205,7 +205,9 @@ def test_failure_mid_stream_is_one_error_event_then_done(client: openai.OpenAI, 
 
 
 def test_heartbeat_while_waiting_for_first_token(gateway) -> None:
-    lines = _raw_stream(gateway, {"model": "fake/sleep-1000", "messages": USER, "stream": True})
+    # 1.2 s of waiting: heartbeats 0.3 s apart, two of them even with the gateway 0.6 s behind, and 0.8 s
+    # under the 2 s first-byte timeout (conftest.py) for the upstream's own lateness.
+    lines = _raw_stream(gateway, {"model": "fake/sleep-1200", "messages": USER, "stream": True})
     assert lines.count(": keep-alive") >= 2
     assert any('"echo:"' in line for line in lines)
 

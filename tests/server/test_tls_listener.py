@@ -7,7 +7,6 @@ import os
 import ssl
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -17,6 +16,7 @@ import yaml
 
 from firsttoken import config
 from support.gateway_process import free_port, terminate
+from support.waiting import PATIENCE_S, wait_until
 
 
 def test_the_gateway_serves_https_with_its_certificate(tmp_path: Path) -> None:
@@ -35,20 +35,21 @@ def test_the_gateway_serves_https_with_its_certificate(tmp_path: Path) -> None:
     url = f"https://127.0.0.1:{port}"
     trusted = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+        def ready() -> bool:
+            assert gateway.poll() is None, (tmp_path / "serve.log").read_text()
             try:
-                if httpx.get(f"{url}/readyz", verify=trusted, timeout=1).status_code == 200:
-                    break
+                return httpx.get(f"{url}/readyz", verify=trusted, timeout=5).status_code == 200
             except httpx.HTTPError:
-                time.sleep(0.1)
+                return False
+
+        wait_until(ready, "the gateway to be ready over TLS", timeout_s=60)  # it loads the embedding model
         answer = httpx.post(f"{url}/v1/chat/completions", verify=trusted, timeout=30, json={
             "model": "llama-3.1-8b", "max_tokens": 4, "messages": [{"role": "user", "content": "over TLS?"}]})
         assert answer.status_code == 200 and answer.json()["choices"][0]["message"]["content"]
         with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
-            httpx.get(f"{url}/healthz", timeout=5)  # the system's CAs do not know this one
+            httpx.get(f"{url}/healthz", timeout=PATIENCE_S)  # the system's CAs do not know this one
         with pytest.raises(httpx.HTTPError):
-            httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5)  # plain HTTP to a TLS port
+            httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=PATIENCE_S)  # plain HTTP to a TLS port
         assert f"listening on {url}/v1" in (tmp_path / "serve.log").read_text()
     finally:
         terminate(gateway)

@@ -25,12 +25,15 @@ r"""Answers that are broken on purpose, for the test upstream: each model name h
   key-split-stream  a stream whose text quotes the key four characters per event
   named-ping        a valid stream with a named `event: ping` in it
   finish-error      an answer whose finish reason says it failed ("error"), streamed or whole
-  slow-finish-error the same, streamed a word every 100 ms (long enough for identical requests to join it)
+  slow-finish-error the same, streamed a word at a time, held after the first at HELD (identical requests join it)
   key-split-in-two  a stream whose text quotes the key in two pieces: the first ends in its prefix
   error-beside      a whole answer with choices and an error object beside them
   index-list        a stream whose choice index is a list
   error-null        a valid stream whose every chunk carries "error": null
   drip-<ms>         a whole answer whose body comes a piece every <ms> (six pieces)
+and one that is not broken at all, only held:
+  held              a valid stream (or whole answer) of HELD_TEXT, held after its first word (whole: before
+                    it) at HELD, for a test that needs a stream in flight for as long as it takes something else
 """
 
 from __future__ import annotations
@@ -38,13 +41,49 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from aiohttp import web
 
+from support.waiting import PATIENCE_S, POLL_S
+
 UPSTREAM_KEY = "sk-upstream-secret-DO-NOT-LEAK-4242"
+HELD_TEXT = "held until let go"
+
+
+class Gate:
+    """Where a held answer waits, mid-stream, while a test keeps the gate shut: the test lets it go once
+    what it waits for has happened (a request joined it, a request queued behind it), not after a guessed
+    while. Open unless a test shuts it; it opens itself after PATIENCE_S, so a failed test hangs nothing."""
+
+    def __init__(self) -> None:
+        self._open = threading.Event()
+        self._open.set()
+
+    @contextmanager
+    def shut(self) -> Iterator[Gate]:
+        """Shut for the block (or until `open`)."""
+        self._open.clear()
+        try:
+            yield self
+        finally:
+            self._open.set()
+
+    def open(self) -> None:
+        self._open.set()
+
+    async def passed(self) -> None:
+        """Once the gate is open (it is shut from the test's thread, so polled from the server's loop)."""
+        deadline = time.monotonic() + PATIENCE_S
+        while not self._open.is_set() and time.monotonic() < deadline:
+            await asyncio.sleep(POLL_S)
+
+
+HELD = Gate()
 
 
 def completion(model: str, text: str) -> dict[str, Any]:
@@ -196,9 +235,9 @@ async def key_split_stream(request: web.Request, model: str) -> web.StreamRespon
 async def slow_finish_error(request: web.Request, model: str) -> web.StreamResponse:
     if not (await request.json()).get("stream"):
         return await finish_error(request, model)
-    response = await _stream(request, chunk({"role": "assistant", "content": ""}), eof=False)
-    for word in ("a", " slow", " answer", " that", " failed"):
-        await asyncio.sleep(0.1)
+    response = await _stream(request, chunk({"role": "assistant", "content": ""}) + chunk({"content": "a"}), eof=False)
+    await HELD.passed()
+    for word in (" slow", " answer", " that", " failed"):
         await response.write(chunk({"content": word}))
     await response.write(chunk({}, "error") + DONE)
     await response.write_eof()
@@ -254,6 +293,19 @@ async def drip(request: web.Request, model: str) -> web.StreamResponse:
     return response
 
 
+async def held(request: web.Request, model: str) -> web.StreamResponse:
+    first, rest = HELD_TEXT.split(" ", 1)
+    if not (await request.json()).get("stream"):
+        await HELD.passed()
+        return web.json_response(completion(model, HELD_TEXT))
+    response = await _stream(request, chunk({"role": "assistant", "content": ""}) + chunk({"content": first}),
+                             eof=False)
+    await HELD.passed()
+    await response.write(chunk({"content": " " + rest}) + chunk({}, "stop") + DONE)
+    await response.write_eof()
+    return response
+
+
 Fault = Callable[[web.Request, str], Awaitable[web.StreamResponse]]
 FAULTS: dict[str, Fault] = {
     "not-json": not_json, "html": html, "cut-json": cut_json, "whole-for-stream": whole_for_stream,
@@ -264,7 +316,7 @@ FAULTS: dict[str, Fault] = {
     "error-not-first": error_not_first, "two-choices-one-cut": two_choices_one_cut, "gzip-stream": gzip_stream,
     "auth-in-error": auth_in_error, "key-split-stream": key_split_stream, "named-ping": named_ping,
     "finish-error": finish_error, "error-beside": error_beside, "index-list": index_list, "error-null": error_null,
-    "slow-finish-error": slow_finish_error, "key-split-in-two": key_split_in_two,
+    "slow-finish-error": slow_finish_error, "key-split-in-two": key_split_in_two, "held": held,
 }
 
 
