@@ -72,7 +72,7 @@ def journeys(line: DelayLine, tmp_path_factory) -> list[dict]:
     work: Path = tmp_path_factory.mktemp("ground-truth")
     line.run_in(line.server_ns, [sys.executable, "-m", "firsttoken", "sim", "--host", line.server_ip,
                                  "--port", str(SIM_PORT), *SIM_MODEL],
-                stdout=subprocess.DEVNULL, stderr=(work / "sim.log").open("w"))
+                stdout=subprocess.DEVNULL, stderr=(work / "sim.log").open("w"), cwd=work)
     line.wait_for_port(line.client_ns, line.server_ip, SIM_PORT)
     config = work / "firsttoken.yaml"
     # every request must cross to the upstream: the edge cache (on by default) has its own tests
@@ -80,7 +80,7 @@ def journeys(line: DelayLine, tmp_path_factory) -> list[dict]:
         "url": f"http://{line.server_ip}:{SIM_PORT}/v1", "pool": {"warm": 0}}}}))  # the first request connects
     line.run_in(line.client_ns, [sys.executable, "-m", "firsttoken", "serve", "--config", str(config),
                                  "--port", str(GATEWAY_PORT)],
-                stdout=subprocess.DEVNULL, stderr=(work / "gateway.log").open("w"))
+                stdout=subprocess.DEVNULL, stderr=(work / "gateway.log").open("w"), cwd=work)
     client = work / "client.py"
     client.write_text(CLIENT)
     result = line.run(line.client_ns, [sys.executable, str(client), f"http://127.0.0.1:{GATEWAY_PORT}"],
@@ -129,7 +129,7 @@ def traced(line: DelayLine, tmp_path_factory) -> dict:
     ca.issue_cert(line.server_ip).private_key_and_cert_chain_pem.write_to_path(str(work / "server.pem"))
     line.run_in(line.server_ns, [sys.executable, "-m", "firsttoken", "sim", "--host", line.server_ip,
                                  "--port", str(TLS_SIM_PORT), "--tls-cert", str(work / "server.pem"), *SIM_MODEL],
-                stdout=subprocess.DEVNULL, stderr=(work / "sim.log").open("w"))
+                stdout=subprocess.DEVNULL, stderr=(work / "sim.log").open("w"), cwd=work)
     line.wait_for_port(line.client_ns, line.server_ip, TLS_SIM_PORT)
     done = line.run(line.client_ns, [sys.executable, "-m", "firsttoken", "trace",
                                      f"https://{line.server_ip}:{TLS_SIM_PORT}/v1", "--model", "llama-3.3-70b",

@@ -98,7 +98,7 @@ def replay(scenario: Scenario, work: Path | None = None) -> tuple[Felt, Felt]:
                                      "--port", str(SIM_PORT), "--model", hosted.model, "--gpu", hosted.gpu,
                                      "--tp", str(hosted.tp), "--precision", hosted.precision,
                                      "--replicas", str(hosted.replicas)],
-                    stdout=subprocess.DEVNULL, stderr=(work / "sim.log").open("w"))
+                    stdout=subprocess.DEVNULL, stderr=(work / "sim.log").open("w"), cwd=work)
         line.wait_for_port(line.client_ns, line.server_ip, SIM_PORT)
         config = work / "firsttoken.yaml"
         # as the plan has it: every request on a warm connection across the ocean, so the pool holds as many
@@ -108,7 +108,7 @@ def replay(scenario: Scenario, work: Path | None = None) -> tuple[Felt, Felt]:
             "url": f"http://{line.server_ip}:{SIM_PORT}/v1", "pool": {"warm": warm}}}}))
         line.run_in(line.client_ns, [sys.executable, "-m", "firsttoken", "serve", "--config", str(config),
                                      "--port", str(GATEWAY_PORT)],
-                    stdout=subprocess.DEVNULL, stderr=(work / "gateway.log").open("w"))
+                    stdout=subprocess.DEVNULL, stderr=(work / "gateway.log").open("w"), cwd=work)
         line.wait_for_port(line.client_ns, "127.0.0.1", GATEWAY_PORT)
         client = work / "client.py"
         client.write_text(CLIENT)
