@@ -5,6 +5,7 @@ option's run takes longer than that."""
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
@@ -50,6 +51,21 @@ def compare(scenario: Scenario, done: Callable[[str], None] = lambda name: None,
 CONNECT_TIMEOUT_S = 10
 
 
+def _refuses_at_once(address: str) -> None:
+    """ConnectionRefusedError when nothing listens at a TCP or TLS scheduler's address: Dask would retry it
+    for the whole of its timeout before saying so."""
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    scheme, location = parse_address(address)
+    if scheme in ("tcp", "tls"):
+        try:
+            socket.create_connection(parse_host_port(location), timeout=CONNECT_TIMEOUT_S).close()
+        except ConnectionRefusedError:
+            raise
+        except OSError:
+            pass  # unreachable or slow to answer: Dask tries for itself, and says why
+
+
 def _on_cluster(scenario: Scenario, done: Callable[[str], None], address: str) -> list[OptionSummary]:
     """Each option a task on the Dask cluster at `address`, whose workers have this version of firsttoken
     installed (and a lengths file, if the scenario names one, at the same path). The scenario goes to the
@@ -59,6 +75,7 @@ def _on_cluster(scenario: Scenario, done: Callable[[str], None], address: str) -
     except ImportError:
         raise ClusterError("--cluster needs Dask's distributed scheduler: pip install 'firsttoken[cluster]'") from None
     try:
+        _refuses_at_once(address)
         client = Client(address, timeout=CONNECT_TIMEOUT_S)
     except (OSError, TimeoutError, ValueError) as exc:
         raise ClusterError(f"no Dask scheduler answers at {address}: {exc}") from None
