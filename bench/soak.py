@@ -1,4 +1,4 @@
-"""The long soak, by hand (CI runs 3 minutes of it in tests/server/test_soak.py): a real `firsttoken serve` as
+"""The long soak, by hand (CI runs a minute of it in tests/server/test_soak.py): a real `firsttoken serve` as
 shipped (the exact and semantic cache on, its bounded structures made small so that they fill early) in front
 of the test upstream, under mixed load with cancelled streams, slow readers and clients that never read, for
 `--minutes`. Prints what was asked, what was lost (nothing, or the run failed; the first 20, each with why),

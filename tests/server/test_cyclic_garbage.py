@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import gc
 import threading
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -20,11 +19,12 @@ import httpx
 import pytest
 import uvicorn
 
-from conftest import CLIENT_KEY, gateway_settings
+from conftest import ADMIN, CLIENT_KEY, gateway_settings
 from firsttoken.config import Settings
 from firsttoken.server.app import create_app
 from support.gateway_process import free_port
-from support.soak import request
+from support.soak import request, sample
+from support.waiting import wait_until
 
 HEADERS = {"authorization": f"Bearer {CLIENT_KEY}"}
 ROUTES = ("chat", "messages", "responses")
@@ -42,10 +42,8 @@ def in_process_gateway(upstream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     threshold = gc.get_threshold()
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the gateway did not start"
-        time.sleep(0.05)
+    wait_until(lambda: server.started or not thread.is_alive(), "the gateway to start", poll_s=0.05)
+    assert server.started, "the gateway did not start"
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
@@ -58,6 +56,7 @@ def in_process_gateway(upstream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 def ask_everything(url: str) -> None:
     """Whole answers and streams on every route, a repeat answered by the cache, identical streams joined
     into one flight, and a stream its client leaves early."""
+    idle = sample(url, ADMIN, 0).tasks
     with httpx.Client(base_url=url, headers=HEADERS, timeout=30) as http:
         for route in ROUTES:
             for stream in (False, True):
@@ -72,7 +71,8 @@ def ask_everything(url: str) -> None:
             path, body = request(route, f"left early {route}", True, slow=True)
             with http.stream("POST", path, json=body) as response:
                 next(response.iter_raw())
-        time.sleep(1.0)  # the abandoned streams' upstream requests are let go
+    # Until the abandoned streams are let go, what they built is in use, not garbage: nothing to look at.
+    wait_until(lambda: sample(url, ADMIN, 0).tasks <= idle, "the gateway's tasks back to idle")
 
 
 def test_a_request_leaves_no_cycle_of_the_gateways_own(in_process_gateway: str) -> None:

@@ -7,8 +7,9 @@ operator's route are searched for each key: plain, base64, %-encoded or JSON-esc
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
-import time
+import sqlite3
 from pathlib import Path
 from urllib.parse import quote, unquote
 
@@ -19,6 +20,7 @@ from support.faulty_answers import UPSTREAM_KEY
 from support.gateway_process import GatewayProcess
 from support.otlp_collector import collector
 from support.threaded import InThread
+from support.waiting import wait_until
 
 COLLECTOR_KEY = "otlp-ingest-key-for-the-secrets-test"
 WRONG_KEY = "sk-a-client-mistyped-its-key-0000"  # sent by a client, known to nobody: never written either
@@ -35,7 +37,13 @@ def spellings(secret: str) -> list[bytes]:
             json.dumps(secret).encode()[1:-1].replace(b"-", b"\\u002d")]
 
 
-def ask_everything(url: str) -> list[bytes]:
+def logged(journey_log: Path) -> set[str]:
+    """The request ids the journey log's file holds (a reader beside the gateway's writer: WAL)."""
+    with contextlib.closing(sqlite3.connect(journey_log, timeout=10)) as db:
+        return {request_id for (request_id,) in db.execute("SELECT id FROM journeys")}
+
+
+def ask_everything(url: str, journey_log: Path) -> list[bytes]:
     """Every route, as clients and the operator would ask it; what each answer said (headers and body)."""
     said = []
     client = {"authorization": f"Bearer {CLIENT_KEY}"}
@@ -59,7 +67,9 @@ def ask_everything(url: str) -> list[bytes]:
             keep(http.post("/v1/chat/completions", headers=wrong,
                            json={"model": "chat", "messages": [{"role": "user", "content": "let me in"}]}))
             keep(http.get("/metrics", headers=wrong))
-        time.sleep(0.6)  # the journey log's and the cache's writers
+        # The operator's routes read the journeys back, the history from the log's file: once it has them all.
+        listed = {j["request_id"] for j in http.get("/v1/journeys?limit=1000", headers=ADMIN).json()["data"]}
+        wait_until(lambda: listed <= logged(journey_log), "every journey in the journey log")
         for path in ("/metrics", "/v1/journeys?limit=1000", "/v1/routing", "/v1/models", "/openapi.json",
                      "/dashboard/api/state", "/dashboard/api/recent", "/dashboard/api/history", "/readyz"):
             keep(http.get(path, headers=ADMIN))
@@ -80,15 +90,12 @@ def test_no_key_in_anything_the_gateway_wrote_or_said(upstream, tmp_path: Path) 
             "journeys": {"otlp": {"endpoint": received.url, "headers": {"x-ingest-key": COLLECTOR_KEY}}},
         }
         with GatewayProcess(settings, tmp_path, args=["--access-log"]) as gateway:
-            said = ask_everything(gateway.url)
-            deadline = time.monotonic() + 15
-            while len(received.spans) < 20 and time.monotonic() < deadline:
-                time.sleep(0.1)
+            said = ask_everything(gateway.url, tmp_path / "firsttoken-journeys.db")
+            wait_until(lambda: len(received.spans) >= 20, "spans enough to search at the collector")
         spans = [span.SerializeToString() for span in received.spans]
     written = {str(path.relative_to(tmp_path)): path.read_bytes() for path in tmp_path.rglob("*")
                if path.is_file() and path.name != "firsttoken.yaml"}  # the config holds them, as given
     assert {"firsttoken-cache.db", "firsttoken-journeys.db", "firsttoken-responses.db", "gateway.log"} <= set(written)
-    assert len(spans) >= 20, "the collector received too little to search"
     places = {**{f"the file {name}": data for name, data in written.items()},
               **{f"span {i}": data for i, data in enumerate(spans)},
               **{f"answer {i}": data for i, data in enumerate(said)}}

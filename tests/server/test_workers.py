@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from conftest import ADMIN, CLIENT_KEY, OTHER_CLIENT_KEY, gateway_settings
 from support.gateway_process import GatewayProcess
 from support.openai_upstream import UpstreamThread
+from support.waiting import not_before, wait_until
 
 WORKERS = ["--workers", "2"]
 AS_APP = {"authorization": f"Bearer {CLIENT_KEY}"}
@@ -44,23 +45,36 @@ def workers_seen(answers: list[httpx.Response]) -> int:
     return len({worker_of(a.headers["x-request-id"]) for a in answers})
 
 
-def ask_until_both_workers(url: str, body: dict, headers: dict[str, str], most: int = 80) -> list[httpx.Response]:
-    """At least six requests, and more until both workers have served some."""
+def ask_until_both_workers(url: str, body: dict, headers: dict[str, str], least: int = 6,
+                           most: int = 80) -> list[httpx.Response]:
+    """At least `least` requests, and more until both workers have served some."""
     answers: list[httpx.Response] = []
     for number in range(most):
         answers.append(ask(url, body, headers, number))
-        if workers_seen(answers) == 2 and len(answers) >= 6:
+        if workers_seen(answers) == 2 and len(answers) >= least:
             return answers
     raise AssertionError(f"{most} connections all reached one worker")
 
 
 def both_up(gateway: GatewayProcess, headers: dict[str, str]) -> GatewayProcess:
     """The gateway once both workers answer (the readiness wait saw one of them)."""
-    deadline = time.monotonic() + 30
-    while httpx.get(gateway.url + "/metrics", headers=headers).headers.get("x-firsttoken-workers") != "2/2":
-        assert time.monotonic() < deadline, "the second worker never answered its sibling"
-        time.sleep(0.1)
+    wait_until(lambda: httpx.get(gateway.url + "/metrics", headers=headers).headers.get("x-firsttoken-workers")
+               == "2/2", "the second worker to answer its sibling", poll_s=0.1)
     return gateway
+
+
+def refills_since(started: float, rpm: int) -> int:
+    """Requests beyond its burst that a bucket of `rpm` a minute, refilled continuously, may have let through
+    since `started`: the test asks at the machine's speed, and on a slow day it outlasts a refill or two."""
+    return int((time.monotonic() - started) * rpm / 60)
+
+
+def limited(answers: list[httpx.Response], rpm: int, refilled: int) -> None:
+    """The first `rpm` let through, every one after refused but for what the bucket refilled meanwhile."""
+    statuses = [a.status_code for a in answers]
+    assert statuses[:rpm] == [200] * rpm, statuses
+    late = Counter(statuses[rpm:])
+    assert set(late) <= {200, 429} and late[200] <= refilled, (statuses, refilled)
 
 
 def requests_counted(exposition: str) -> float:
@@ -75,6 +89,9 @@ def test_metrics_journeys_routing_and_the_access_log_answer_for_every_worker(own
         answers = ask_until_both_workers(gateway.url + "/v1/chat/completions", {"model": "chat"}, AS_APP)
         assert all(a.status_code == 200 for a in answers)
         ids = [a.headers["x-request-id"] for a in answers]
+        # A request is counted as its journey ends, which may come a moment after its client has the answer.
+        wait_until(lambda: requests_counted(httpx.get(gateway.url + "/metrics", headers=ADMIN).text) == len(ids),
+                   "every request counted")
         for _ in range(4):  # each scrape on its own connection, so both workers answer some
             scrape = httpx.get(gateway.url + "/metrics", headers=ADMIN)
             assert scrape.headers["x-firsttoken-workers"] == "2/2"
@@ -92,17 +109,25 @@ def test_metrics_journeys_routing_and_the_access_log_answer_for_every_worker(own
             assert other.status_code == 404
         routing = httpx.get(gateway.url + "/v1/routing", headers=ADMIN).json()["data"]
         assert {(r["target"], r["worker"]) for r in routing} >= {("fake/echo", 0), ("fake/echo", 1)}
-        logged = gateway.log()
-        assert all(f"{request_id} POST /v1/chat/completions 200" in logged for request_id in ids)
+        wait_until(lambda: all(f"{request_id} POST /v1/chat/completions 200" in gateway.log() for request_id in ids),
+                   "every request in the access log")
 
 
 def test_warm_connections_are_split_among_the_workers(own_upstream, tmp_path) -> None:
     with GatewayProcess(gateway_settings(own_upstream.url), tmp_path, args=WORKERS) as gateway:
-        deadline = time.monotonic() + 10
-        while len(own_upstream.stats.connections) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(1.0)  # a worker that warmed a set of its own would have opened it by now
-        assert len(own_upstream.stats.connections) == 2  # `pool.warm: 2`: one each, not two each
+        # A worker is ready once its warm-up round is done: each worker's readiness, with what it opened.
+        ready: dict[str, httpx.Response] = {}
+
+        def both_ready() -> bool:
+            answer = httpx.get(gateway.url + "/readyz")
+            if answer.status_code == 200:
+                ready.setdefault(worker_of(answer.headers["x-request-id"]), answer)
+            return len(ready) == 2
+
+        wait_until(both_ready, "both workers ready")
+        opened = [r.json()["upstreams"]["fake"]["connections_opened"] for r in ready.values()]
+        assert opened == [1, 1], opened  # `pool.warm: 2`: one each, not two each
+        assert len(own_upstream.stats.connections) == 2
         answers = ask_until_both_workers(gateway.url + "/v1/chat/completions", {"model": "chat"}, AS_APP)
         # each worker's first request found its warm connection: no handshake paid
         firsts = {}
@@ -112,45 +137,55 @@ def test_warm_connections_are_split_among_the_workers(own_upstream, tmp_path) ->
 
 
 def test_keep_warm_pings_once_for_the_gateway_not_once_per_worker(own_upstream, tmp_path) -> None:
+    idle_s, pings = 1.0, 5
     settings = gateway_settings(own_upstream.url)
-    settings["upstreams"]["fake"]["keep_warm"] = {"idle_s": 1.0, "max_per_hour": 1000}
+    settings["upstreams"]["fake"]["keep_warm"] = {"idle_s": idle_s, "max_per_hour": 1000}
     with GatewayProcess(settings, tmp_path, args=WORKERS) as gateway:
         both_up(gateway, ADMIN)
         ask_until_both_workers(gateway.url + "/v1/chat/completions", {"model": "chat"}, AS_APP)
-        before = own_upstream.stats.by_model["echo"]
-        time.sleep(3.4)  # idle: one gateway pings about every second, two uncoordinated workers twice as often
-        pings = own_upstream.stats.by_model["echo"] - before
-        assert 1 <= pings <= 4, pings
+        stats = own_upstream.stats
+        before = stats.by_model["echo"]
+        seen: list[float] = []  # when each ping reached the upstream, as near as the test sees it
+
+        def pinged() -> bool:
+            seen.extend(time.monotonic() for _ in range(stats.by_model["echo"] - before - len(seen)))
+            return len(seen) >= pings
+
+        wait_until(pinged, f"{pings} keep-warm pings", poll_s=0.01)
+    # Each ping starts the idle spell again for every worker, so one gateway's pings are a spell apart at least;
+    # two uncoordinated workers would each ping once a spell, fitting these into about half the time. A spell's
+    # slack is for when the test saw the first and the last arrive.
+    assert not_before(seen[pings - 1] - seen[0], (pings - 1) * idle_s, tolerance_s=idle_s), seen
 
 
 def test_the_workers_share_one_simulated_region(tmp_path) -> None:
     # the region allows 6 requests a minute: one region for both workers lets 6 through in all, where a
     # region in each worker would let each worker's first 6 through
-    settings = {"sim": {"rpm": 6}, "cache": False, "journeys": {"log": None}}
+    rpm = 6
+    settings = {"sim": {"rpm": rpm}, "cache": False, "journeys": {"log": None}}
     with GatewayProcess(settings, tmp_path, args=WORKERS) as gateway:
         both_up(gateway, {})
         models = httpx.get(gateway.url + "/v1/models").json()["data"]
         assert any("shared by the gateway's 2 workers" in str(m) for m in models), models
         body = {"model": "llama-3.1-8b", "max_tokens": 4}
-        answers = [ask(gateway.url + "/v1/chat/completions", body, {}, number) for number in range(14)]
-        statuses = Counter(a.status_code for a in answers)
-        assert workers_seen(answers) == 2, statuses
-        assert statuses[200] == 6, statuses
+        started = time.monotonic()
+        # More than the region allows, and until both workers have sent some: a region in each worker would
+        # then let more than `rpm` through.
+        answers = ask_until_both_workers(gateway.url + "/v1/chat/completions", body, {}, least=rpm + 8)
+        limited(answers, rpm, refills_since(started, rpm))
 
 
 def test_a_keys_limits_are_counted_once_across_the_workers(own_upstream, tmp_path) -> None:
+    rpm = 5
     settings = gateway_settings(own_upstream.url)
-    settings["keys"][0]["rpm"] = 5  # without Redis: the first worker keeps the buckets, the other asks it
+    settings["keys"][0]["rpm"] = rpm  # without Redis: the first worker keeps the buckets, the other asks it
     with GatewayProcess(settings, tmp_path, args=WORKERS) as gateway:
         both_up(gateway, ADMIN)
+        started = time.monotonic()
         # Until both workers have answered (a busy machine can hand a dozen connections in a row to one), and
         # at least a dozen: five let in, every one after refused, whichever worker took it.
-        answers = ask_until_both_workers(gateway.url + "/v1/chat/completions", {"model": "chat"}, AS_APP)
-        answers += [ask(gateway.url + "/v1/chat/completions", {"model": "chat"}, AS_APP, 100 + number)
-                    for number in range(12 - len(answers))]
-        statuses = Counter(a.status_code for a in answers)
-        assert workers_seen(answers) == 2, statuses
-        assert statuses == {200: 5, 429: len(answers) - 5}, statuses
+        answers = ask_until_both_workers(gateway.url + "/v1/chat/completions", {"model": "chat"}, AS_APP, least=12)
+        limited(answers, rpm, refills_since(started, rpm))
         refused = next(a for a in answers if a.status_code == 429)
         assert refused.json()["error"]["code"] == "rate_limit_exceeded" and int(refused.headers["retry-after"]) >= 1
 
@@ -176,10 +211,12 @@ def test_a_killed_worker_is_replaced_and_takes_its_slot_back(own_upstream, tmp_p
             before = worker_pids(gateway)
             assert sorted(before) == [0, 1]
             os.kill(before[slot], signal.SIGKILL)
-            deadline = time.monotonic() + 30
-            while (now := worker_pids(gateway)).get(slot) in (None, before[slot]):
-                assert time.monotonic() < deadline, f"slot {slot} was never taken again"
-                time.sleep(0.1)
+
+            def taken_again(slot: int = slot, gone: int = before[slot]) -> dict[int, int] | None:
+                pids = worker_pids(gateway)
+                return pids if pids.get(slot) not in (None, gone) else None
+
+            now = wait_until(taken_again, f"slot {slot} taken again", poll_s=0.1)
             assert now[1 - slot] == before[1 - slot]  # the other worker served on
             both_up(gateway, ADMIN)
             answers = ask_until_both_workers(gateway.url + "/v1/chat/completions", {"model": "chat"}, AS_APP)
@@ -192,23 +229,27 @@ def test_a_paraphrase_is_answered_by_any_worker_from_the_shared_cache_file(tmp_p
         both_up(gateway, {})
         url = gateway.url + "/v1/chat/completions"
 
-        def asked(question: str) -> httpx.Response:
+        def asked(question: str, headers: dict[str, str] | None = None) -> httpx.Response:
             answer = httpx.post(url, json={"model": "llama-3.1-8b", "max_tokens": 8,
-                                           "messages": [{"role": "user", "content": question}]}, timeout=30)
+                                           "messages": [{"role": "user", "content": question}]},
+                                headers=headers, timeout=30)
             assert answer.status_code == 200, answer.text
             return answer
 
         first = asked("How do I cook beans?")
         assert first.headers["x-firsttoken-cache"] == "miss"
-        time.sleep(1.0)  # in the file within 0.2 s; each worker reads the others' prompts every 0.5 s
-        elsewhere = {}
-        for _ in range(40):  # fresh connections until each kind of repeat reached the other worker
-            for kind, question in (("exact", "How do I cook beans?"), ("paraphrase", "What is the way to cook beans?")):
-                answer = asked(question)
-                if worker_of(answer.headers["x-request-id"]) != worker_of(first.headers["x-request-id"]):
-                    elsewhere.setdefault(kind, answer)
-            if len(elsewhere) == 2:
-                break
-        assert elsewhere["exact"].headers["x-firsttoken-cache"] == "hit"
-        assert elsewhere["paraphrase"].headers["x-firsttoken-cache"].startswith("semantic-hit")
-        assert elsewhere["paraphrase"].json()["choices"][0]["message"] == first.json()["choices"][0]["message"]
+        home = worker_of(first.headers["x-request-id"])
+
+        def elsewhere(question: str, outcome: str) -> httpx.Response | None:
+            """The other worker's answer from the cache, once it has one. The answer is in the file within
+            0.2 s, and each worker reads the others' prompts every 0.5 s: until then a try is a miss, and keeps
+            nothing (no-store), so that the next finds only what the first ask left."""
+            answer = asked(question, {"cache-control": "no-store"})
+            found = worker_of(answer.headers["x-request-id"]) != home and answer.headers["x-firsttoken-cache"]
+            return answer if found and found.startswith(outcome) else None
+
+        exact = wait_until(lambda: elsewhere("How do I cook beans?", "hit"), "the other worker's exact hit")
+        assert exact.headers["x-firsttoken-cache"] == "hit"
+        paraphrase = wait_until(lambda: elsewhere("What is the way to cook beans?", "semantic-hit"),
+                                "the other worker's semantic hit")
+        assert paraphrase.json()["choices"][0]["message"] == first.json()["choices"][0]["message"]

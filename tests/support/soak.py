@@ -5,12 +5,14 @@ misbehave as real ones do: streams cancelled after their first event, readers th
 and clients that ask for a long stream and never read it. Every answer a well-behaved client asked for must
 come whole (none lost). Every few seconds the gateway's resident memory, open file descriptors and asyncio
 tasks are sampled; the slope of each, per hour, is fitted over the second half of the run (the first half
-warms the pools, caches and allocator). tests/server/test_soak.py runs it for minutes, bench/soak.py for
-half an hour.
+warms the pools, caches and allocator). Once the load stops, the gateway is sampled until it has let go of
+what the load held (or a patient while has passed). tests/server/test_soak.py runs it for a minute,
+bench/soak.py for half an hour.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import socket
@@ -24,10 +26,16 @@ from urllib.parse import urlparse
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from support.waiting import wait_until
+
 WATCHED = {"process_resident_memory_bytes": "rss", "process_open_fds": "fds", "firsttoken_asyncio_tasks": "tasks"}
 KINDS = ("whole", "stream", "repeat", "cancelled", "slow reader", "never reads")
 ROUTES = ("chat", "messages", "responses")
 LONG_PROMPT = " ".join(["word"] * 100_000)  # the echo model answers it back: more than the socket buffers hold
+# What the gateway may still hold once the load has stopped, beyond what it held before it: its warm upstream
+# connections and a few descriptors more, a few tasks.
+FDS_LEFT = 8
+TASKS_LEFT = 4
 
 
 @dataclass
@@ -43,6 +51,7 @@ class SoakResult:
     samples: list[Sample] = field(default_factory=list)
     asked: Counter[str] = field(default_factory=Counter)
     lost: list[str] = field(default_factory=list)  # well-behaved requests that did not come back whole
+    before: Sample | None = None  # before the load
     settled: Sample | None = None  # after the load stopped and the gateway drained
 
     def slope_per_hour(self, name: str) -> float:
@@ -61,10 +70,10 @@ class SoakResult:
                  f"lost: {len(self.lost)}"]
         for name, unit, scale in (("rss", "MiB", 2**20), ("fds", "", 1), ("tasks", "", 1)):
             values = [getattr(s, name) / scale for s in self.samples]
-            settled = getattr(self.settled, name) / scale if self.settled else float("nan")
-            lines.append(f"{name}: first {values[0]:.1f}{unit}, max {max(values):.1f}{unit}, last {values[-1]:.1f}"
-                         f"{unit}, settled {settled:.1f}{unit}; slope {self.slope_per_hour(name) / scale:+.1f}"
-                         f"{unit}/h over the second half")
+            before, settled = (getattr(s, name) / scale if s else float("nan") for s in (self.before, self.settled))
+            lines.append(f"{name}: before {before:.1f}{unit}, first {values[0]:.1f}{unit}, max {max(values):.1f}"
+                         f"{unit}, last {values[-1]:.1f}{unit}, settled {settled:.1f}{unit}; "
+                         f"slope {self.slope_per_hour(name) / scale:+.1f}{unit}/h over the second half")
         return "\n".join(lines)
 
 
@@ -93,6 +102,7 @@ class Soak:
 
     def run(self) -> SoakResult:
         started = time.monotonic()
+        self.result.before = before = sample(self.url, self.admin, started)
         threads = [threading.Thread(target=self._client, args=(n,), daemon=True) for n in range(self.clients)]
         for thread in threads:
             thread.start()
@@ -102,8 +112,14 @@ class Soak:
         self._stop.set()
         for thread in threads:
             thread.join(30)
-        time.sleep(3)  # the last streams and never-readers are let go
-        self.result.settled = sample(self.url, self.admin, started)
+
+        def settled() -> bool:  # the last streams and never-readers let go
+            self.result.settled = now = sample(self.url, self.admin, started)
+            return now.fds <= before.fds + FDS_LEFT and now.tasks <= before.tasks + TASKS_LEFT
+
+        # What never settles is the caller's to judge, from the last sample: a leak, reported as one.
+        with contextlib.suppress(AssertionError):
+            wait_until(settled, "the gateway to let go of what the load held", poll_s=0.5)
         return self.result
 
     def _client(self, n: int) -> None:
