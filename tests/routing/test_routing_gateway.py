@@ -19,8 +19,10 @@ from conftest import ADMIN, ADMIN_KEY, CLIENT_KEY
 from support.gateway_process import GatewayProcess
 from support.openai_upstream import UPSTREAM_KEY
 from support.threaded import InThread
+from support.waiting import not_before, within
 
 USER = [{"role": "user", "content": "route me"}]
+RETRY_AFTER_S = 7  # the test upstream's on its 429s
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +36,9 @@ def gateway(upstream, tmp_path_factory):
                            "hangs": ["fake/hang", "fake/echo"],
                            "queued-alone": ["fake/late-2000"],
                            "slow-body": ["fake/slow-body", "fake/echo"]},
-                "routing": {"ordered": ["fixed", "hangs"], "hedge": {"enabled": False}},
+                # a breaker that opens stays open for longer than the module runs: no half-open probe
+                "routing": {"ordered": ["fixed", "hangs"], "hedge": {"enabled": False},
+                            "breaker": {"open_s": 600, "max_open_s": 600}},
                 "keys": [{"name": "app", "key": CLIENT_KEY}], "admin_key": ADMIN_KEY}
     with GatewayProcess(settings, tmp_path_factory.mktemp("routing")) as running:
         yield running
@@ -72,8 +76,11 @@ def test_a_failing_target_is_left_out_and_every_request_succeeds(gateway, upstre
 
 def test_a_429_cools_its_target_for_its_retry_after(gateway, upstream) -> None:
     before = upstream.stats.by_model["error-429"]
+    started = time.monotonic()
     assert routes(gateway, "limited", 10) == {"fake/echo": 10}
-    assert upstream.stats.by_model["error-429"] - before == 1  # Retry-After: 7 s, and the test takes less
+    took = time.monotonic() - started
+    # Retry-After: 7 s: asked once, and once more per 7 s only if this machine took that long
+    assert 1 <= upstream.stats.by_model["error-429"] - before <= 1 + took // RETRY_AFTER_S, took
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -83,7 +90,8 @@ def test_the_clients_deadline_is_honoured(gateway, upstream, stream: bool) -> No
     with pytest.raises(openai.APIStatusError) as gave_up:
         client(gateway).chat.completions.create(model="hangs", messages=USER, stream=stream,
                                                 extra_headers={"x-firsttoken-timeout": "0.5"})
-    assert 0.45 < time.perf_counter() - started < 2.0
+    waited = time.perf_counter() - started
+    assert not_before(waited, 0.5) and waited < within(0.5), waited
     assert gave_up.value.status_code == 504 and gave_up.value.code == "client_deadline"
     assert "0.5 s this request allowed (x-firsttoken-timeout)" in gave_up.value.message
     assert upstream.stats.by_model["echo"] == before  # nothing was tried after the deadline
@@ -94,8 +102,9 @@ def test_the_clients_deadline_bounds_reading_a_whole_answer_too(gateway, upstrea
     started = time.perf_counter()
     with pytest.raises(openai.APIStatusError) as gave_up:  # its headers come at once, its body after 3 s
         client(gateway).chat.completions.create(model="slow-body", messages=USER,
-                                                extra_headers={"x-firsttoken-timeout": "0.5"})
-    assert time.perf_counter() - started < 2.0
+                                                extra_headers={"x-firsttoken-timeout": "0.3"})
+    waited = time.perf_counter() - started
+    assert not_before(waited, 0.3) and waited < within(0.3) < 3, waited  # not the body's 3 s
     assert gave_up.value.status_code == 504 and gave_up.value.code == "client_deadline"
     assert upstream.stats.by_model["echo"] == echoes  # and nothing was tried after it
 
@@ -119,7 +128,8 @@ def test_the_sdks_read_timeout_bounds_a_whole_answer(gateway) -> None:
     started = time.perf_counter()
     with pytest.raises((openai.APIStatusError, openai.APITimeoutError)):
         slow.chat.completions.create(model="hangs", messages=USER)
-    assert time.perf_counter() - started < 2.0
+    waited = time.perf_counter() - started
+    assert not_before(waited, 0.6) and waited < within(0.6), waited  # it hangs for an hour
 
 
 def test_a_deadline_that_is_not_a_number_is_refused(gateway) -> None:

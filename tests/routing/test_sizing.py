@@ -11,6 +11,7 @@ from conftest import CLIENT_KEY
 from firsttoken.routing.sizing import by_rules, examples
 from support.gateway_process import GatewayProcess
 from support.openai_upstream import UPSTREAM_KEY
+from support.waiting import within
 
 
 @pytest.mark.parametrize(("text", "kind"), [
@@ -76,5 +77,6 @@ def test_the_rules_cost_stays_bounded_whatever_the_prompt(attack: str) -> None:
 
     started = time.process_time()
     by_rules(attack)
-    # Unbounded gaps took 15 s on the first of these; bounded ones take tens of ms at most.
-    assert time.process_time() - started < 0.5
+    # Unbounded gaps took 15 s on the first of these; bounded ones take tens of ms at most (of this
+    # process's own CPU time, with room for a slow one).
+    assert time.process_time() - started < within(0.1)

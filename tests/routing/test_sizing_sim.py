@@ -21,6 +21,9 @@ SMALL, LARGE = "llama-3.2-1b", "llama-3.1-8b"  # 1.7 ms and 8.2 ms a decode step
 EXTRACTION = "Extract the invoice number from: INV-2231, due 3 May."
 REASONING = "Prove that the square root of 2 is irrational, step by step."
 MAX_TOKENS = 48
+# The streams whose pace the gateway compares: long enough that the small model's lead (about 1.7 against
+# 8.2 ms a token: 0.2 s against 1 s in all) outlasts any stall a busy machine puts in the small one's way.
+PACED_TOKENS = 128
 SIM_DECODE = re.compile(r"^: sim-timing decode;dur=([0-9.]+)$")
 
 
@@ -77,12 +80,12 @@ def sized_stream(gateway: GatewayProcess, text: str) -> tuple[str, float, str]:
     """A stream through `auto`, read line by line: (the model that answered, the region's own decode time
     per token from its closing `: sim-timing decode;dur=` comment, which the gateway relays, the request id)."""
     with client(gateway).chat.completions.with_streaming_response.create(
-            model="auto", messages=[{"role": "user", "content": text}], max_tokens=MAX_TOKENS, stream=True) as raw:
+            model="auto", messages=[{"role": "user", "content": text}], max_tokens=PACED_TOKENS, stream=True) as raw:
         lines = list(raw.iter_lines())
         request_id = raw.headers["x-request-id"]
     decode = [float(m.group(1)) for line in lines if (m := SIM_DECODE.match(line))]
     tokens = sum(1 for line in lines if line.startswith("data: {") and re.search(r'"content":"[^"]', line))
-    assert len(decode) == 1 and tokens == MAX_TOKENS, lines[-6:]
+    assert len(decode) == 1 and tokens == PACED_TOKENS, lines[-6:]
     model = re.search(r'"model":"([^"]+)"', next(line for line in lines if line.startswith("data: {"))).group(1)
     return model, decode[0] / (tokens - 1), request_id
 
@@ -91,8 +94,8 @@ def test_the_small_model_writes_each_token_sooner(gateway: GatewayProcess) -> No
     small_model, small_ms, small_id = sized_stream(gateway, EXTRACTION)
     large_model, large_ms, large_id = sized_stream(gateway, REASONING)
     assert (small_model, large_model) == (SMALL, LARGE)
-    # Ground truth: the region's scheduled decode (one forward pass reads all the weights: 2.5 GB against
-    # 16 GB at 3.35 TB/s, plus the step's fixed cost), about 1.7 against 8.2 ms a token.
+    # Ground truth: the region's scheduled decode, not this machine's pace (one forward pass reads all the
+    # weights: 2.5 GB against 16 GB at 3.35 TB/s, plus the step's fixed cost), about 1.7 against 8.2 ms a token.
     assert 1.0 < small_ms < 3.0 and 5.0 < large_ms < 12.0, (small_ms, large_ms)
     assert large_ms > 2.5 * small_ms
     # And as the gateway measured it on the way through (journey `tokens_per_s`): the small one is faster,

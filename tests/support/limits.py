@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import time
 from typing import Any
 
 from firsttoken.errors import GatewayError
@@ -15,3 +17,11 @@ async def admitted(limits: ClientLimits, body: dict[str, Any], key: str = "app")
         return True
     except GatewayError:
         return False
+
+
+def retry_after_since(started: float, per_request_s: float) -> range:
+    """The Retry-After (whole seconds, rounded up) a key refused now may be told, its bucket emptied after
+    `started` (time.monotonic()) and refilling a request every `per_request_s`: the whole wait, less
+    however long this machine took since (the bucket refilled meanwhile), never less than a second."""
+    refilled = time.monotonic() - started
+    return range(max(1, math.ceil(per_request_s - refilled)), math.ceil(per_request_s) + 1)
