@@ -62,6 +62,7 @@ http {{
   {logging}
   keepalive_requests 1000000;
   keepalive_timeout 300s;
+  client_max_body_size 16m;  # an agent's turn of a megabyte or more, as the gateway's own bound allows
   server {{
     listen {listen} reuseport;
     {certs}
