@@ -57,16 +57,13 @@ def test_a_cache_hit_and_a_joined_request_cost_nothing_and_record_what_they_save
                 list(response.iter_lines())
                 leader.update(response.headers)
 
-        upstream.held = True
-        try:
+        with upstream.gate.shut():
             first_thread = threading.Thread(target=lead)
             first_thread.start()
-            wait_until(lambda: upstream.waiting, "the first to be streaming from upstream")
+            wait_until(lambda: upstream.gate.waiting, "the first to be streaming from upstream")
             with client.chat.completions.with_streaming_response.create(**joined) as follower:
-                upstream.held = False  # its headers are out: it joined
+                upstream.gate.open()  # its headers are out: it joined
                 said = fields(closing_cost(list(follower.iter_lines())))
-        finally:
-            upstream.held = False
         first_thread.join(30)
         assert (leader["x-firsttoken-cache"], follower.headers["x-firsttoken-cache"]) == ("miss", "hit; joined")
         assert float(said["usd"]) == 0 and said["saved-by"] == "joined"

@@ -68,29 +68,26 @@ def test_all_at_once_on_both_replicas(upstream: RecordedUpstream, redis_server: 
     key = "shared-budget-key-0002"
     budget = 0.05  # room for three holds of $0.0154, not four
     stack, gateways = replicas(upstream, redis_server, tmp_path_factory, "at-once", key, budget)
-    upstream.held = True  # every request let in stays in flight until all eight have had their answer
-    try:
-        with stack:
-            outcomes: list[str] = []
+    # every request let in stays in flight until all eight have had their answer
+    with upstream.gate.shut(), stack:
+        outcomes: list[str] = []
 
-            def ask(gateway: GatewayProcess) -> None:
-                try:
-                    anthropic.Anthropic(base_url=gateway.url, api_key=key, max_retries=0).messages.create(**ASK)
-                    outcomes.append("answered")
-                except anthropic.RateLimitError:
-                    outcomes.append("refused")
+        def ask(gateway: GatewayProcess) -> None:
+            try:
+                anthropic.Anthropic(base_url=gateway.url, api_key=key, max_retries=0).messages.create(**ASK)
+                outcomes.append("answered")
+            except anthropic.RateLimitError:
+                outcomes.append("refused")
 
-            threads = [threading.Thread(target=ask, args=(gateways[n % 2],)) for n in range(8)]
-            for thread in threads:
-                thread.start()
-            # Each of the eight is let in (and held upstream) or refused, all while those let in are in flight.
-            wait_until(lambda: upstream.waiting + len(outcomes) == 8, "each request let in or refused")
-            upstream.held = False
-            for thread in threads:
-                thread.join(30)
-            assert sorted(outcomes) == ["answered"] * 3 + ["refused"] * 5
-            assert 3 * MOST <= budget < 4 * MOST
-            rows = spent(gateways, "at-once", 3)
-            assert len(rows) == 3 and sum(r["usd"] for r in rows) <= budget
-    finally:
-        upstream.held = False
+        threads = [threading.Thread(target=ask, args=(gateways[n % 2],)) for n in range(8)]
+        for thread in threads:
+            thread.start()
+        # Each of the eight is let in (and held upstream) or refused, all while those let in are in flight.
+        wait_until(lambda: upstream.gate.waiting + len(outcomes) == 8, "each request let in or refused")
+        upstream.gate.open()
+        for thread in threads:
+            thread.join(30)
+        assert sorted(outcomes) == ["answered"] * 3 + ["refused"] * 5
+        assert 3 * MOST <= budget < 4 * MOST
+        rows = spent(gateways, "at-once", 3)
+        assert len(rows) == 3 and sum(r["usd"] for r in rows) <= budget

@@ -41,46 +41,16 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
-import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
-from support.waiting import PATIENCE_S, POLL_S
+from support.gate import Gate
 
 UPSTREAM_KEY = "sk-upstream-secret-DO-NOT-LEAK-4242"
 HELD_TEXT = "held until let go"
-
-
-class Gate:
-    """Where a held answer waits, mid-stream, while a test keeps the gate shut: the test lets it go once
-    what it waits for has happened (a request joined it, a request queued behind it), not after a guessed
-    while. Open unless a test shuts it; it opens itself after PATIENCE_S, so a failed test hangs nothing."""
-
-    def __init__(self) -> None:
-        self._open = threading.Event()
-        self._open.set()
-
-    @contextmanager
-    def shut(self) -> Iterator[Gate]:
-        """Shut for the block (or until `open`)."""
-        self._open.clear()
-        try:
-            yield self
-        finally:
-            self._open.set()
-
-    def open(self) -> None:
-        self._open.set()
-
-    async def passed(self) -> None:
-        """Once the gate is open (it is shut from the test's thread, so polled from the server's loop)."""
-        deadline = time.monotonic() + PATIENCE_S
-        while not self._open.is_set() and time.monotonic() < deadline:
-            await asyncio.sleep(POLL_S)
 
 
 HELD = Gate()

@@ -7,20 +7,21 @@ the ones a test prices by hand.
     with InThread(run_recorded_upstream) as upstream:
         upstream.url  # http://127.0.0.1:PORT/v1
 
-A test that needs requests in flight at once holds the answers (`held`), waits until the ones it expects
-are being held (`waiting`), and lets them go: a barrier, not a delay a busy machine may outlast.
+A test that needs requests in flight at once shuts `upstream.gate` (support/gate.py): a whole answer waits
+there before it is sent, a stream after its first event.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 from aiohttp import web
+
+from support.gate import Gate
 
 CHAT_USAGE = {"prompt_tokens": 2006, "completion_tokens": 300, "total_tokens": 2306,
               "prompt_tokens_details": {"cached_tokens": 1920, "audio_tokens": 0},
@@ -41,8 +42,7 @@ TEXT = "Hello from the recorded upstream."
 class RecordedUpstream:
     url: str
     requests: int = 0
-    held: bool = False  # while set, answers wait: a whole one before it, a stream after its first event
-    waiting: int = 0  # answers held now
+    gate: Gate = field(default_factory=Gate)  # where answers wait while a test keeps it shut
 
 
 def _sse(data: Any, event: str | None = None) -> bytes:
@@ -109,29 +109,20 @@ def _responses(body: dict[str, Any]) -> list[bytes] | dict[str, Any]:
 async def run_recorded_upstream() -> AsyncIterator[RecordedUpstream]:
     state = RecordedUpstream("")
 
-    async def hold() -> None:
-        """Until the test lifts `held` (a flag it sets from its own thread: polled)."""
-        state.waiting += 1
-        try:
-            while state.held:
-                await asyncio.sleep(0.005)
-        finally:
-            state.waiting -= 1
-
     def route(answer: Any) -> Any:
         async def handle(request: web.Request) -> web.StreamResponse:
             state.requests += 1
             body = await request.json()
             made = answer(body)
             if isinstance(made, dict):
-                await hold()
+                await state.gate.passed()
                 return web.json_response(made)
             response = web.StreamResponse(headers={"content-type": "text/event-stream"})
             await response.prepare(request)
             for n, event in enumerate(made):
                 await response.write(event)
                 if n == 0:  # under way: an identical request may join it now
-                    await hold()
+                    await state.gate.passed()
             await response.write_eof()
             return response
         return handle

@@ -4,8 +4,8 @@ A test that sleeps a fixed while and then looks bets that a busy two-core machin
 that asserts an upper bound on elapsed time bets on the machine's speed. These helpers wait on the
 condition itself, under a deadline long enough that only a thing that never happens reaches it, and say
 what was awaited when it does. Where time itself is what a test checks (a timeout, a stall bound), it
-asserts the bound in the direction a slow machine cannot break (`not_before`) and an upper bound only with
-the slack of `slack` (`within`).
+asserts the bound in the direction a slow machine cannot break (`not_before`), and an upper bound only with
+the slack of SLACK (`within`).
 """
 
 from __future__ import annotations
