@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import ADMIN, ADMIN_KEY, CLIENT_KEY
 from support.gateway_process import GatewayProcess
+from support.limits import refills_since
 from support.nginx import NginxProcess, nginx_binary
 from support.openai_upstream import UPSTREAM_KEY, UpstreamThread
 from support.redis_server import RedisServer
@@ -86,12 +87,6 @@ def served_by(cluster: Cluster, answer: httpx.Response) -> int:
     return found[0]
 
 
-def refills_since(started: float) -> int:
-    """Requests beyond its burst that the key's bucket, refilled continuously (RPM a minute), may have let
-    through since `started`: the test asks at the machine's speed, and on a slow day it outlasts a refill."""
-    return int((time.monotonic() - started) * RPM / 60)
-
-
 def requests_answered(replica: GatewayProcess) -> float:
     """The requests this replica answered (all its workers), from its own /metrics."""
     scrape = httpx.get(replica.url + "/metrics", headers=ADMIN)
@@ -149,7 +144,7 @@ def test_two_replicas_behind_nginx_behave_as_one_gateway(cluster: Cluster) -> No
     statuses = [r.status_code for r in sent]
     assert statuses[:RPM - 1] == [200] * (RPM - 1), statuses
     late = Counter(statuses[RPM - 1:])
-    assert set(late) <= {200, 429} and late[200] <= refills_since(started), statuses
+    assert set(late) <= {200, 429} and late[200] <= refills_since(started, RPM), statuses
     by_replica = Counter((served_by(cluster, r), r.status_code) for r in sent)
     assert all(by_replica[(replica, 200)] and by_replica[(replica, 429)] for replica in (0, 1)), by_replica
 

@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import ADMIN, CLIENT_KEY, OTHER_CLIENT_KEY, gateway_settings
 from support.gateway_process import GatewayProcess
+from support.limits import refills_since
 from support.openai_upstream import UpstreamThread
 from support.waiting import not_before, wait_until
 
@@ -61,12 +62,6 @@ def both_up(gateway: GatewayProcess, headers: dict[str, str]) -> GatewayProcess:
     wait_until(lambda: httpx.get(gateway.url + "/metrics", headers=headers).headers.get("x-firsttoken-workers")
                == "2/2", "the second worker to answer its sibling", poll_s=0.1)
     return gateway
-
-
-def refills_since(started: float, rpm: int) -> int:
-    """Requests beyond its burst that a bucket of `rpm` a minute, refilled continuously, may have let through
-    since `started`: the test asks at the machine's speed, and on a slow day it outlasts a refill or two."""
-    return int((time.monotonic() - started) * rpm / 60)
 
 
 def limited(answers: list[httpx.Response], rpm: int, refilled: int) -> None:

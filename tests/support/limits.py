@@ -25,3 +25,10 @@ def retry_after_since(started: float, per_request_s: float) -> range:
     however long this machine took since (the bucket refilled meanwhile), never less than a second."""
     refilled = time.monotonic() - started
     return range(max(1, math.ceil(per_request_s - refilled)), math.ceil(per_request_s) + 1)
+
+
+def refills_since(started: float, rpm: int) -> int:
+    """Requests beyond its burst that a key's bucket of `rpm` a minute, refilled continuously, may have let
+    through since `started` (time.monotonic()): a test asks at the machine's speed, and on a slow day it
+    outlasts a refill or two."""
+    return int((time.monotonic() - started) * rpm / 60)
