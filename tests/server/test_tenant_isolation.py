@@ -54,9 +54,9 @@ PHRASINGS = ("Explain {} to me.", "Could you give me an explanation of {}?")
 # The paraphrase control's own, one a route: asked by nothing else, however many subjects the property took.
 PARAPHRASED = dict(zip(ROUTES, ["how lighthouses guide ships at night", "the invention of the printing press",
                                 "how hot-air balloons fly"], strict=True))
-# The upstream of `held`: long enough that a request sent once the upstream has the first is still in time to
-# join it, however busy the machine.
-HELD = "sleep-3000"
+# The upstream of `held`: three seconds for a request sent once the upstream has the first to join it, many
+# times what a busy machine takes to send one (a whole answer says nothing while it waits: no gate to hold).
+SLOW_MODEL = "sleep-3000"
 
 
 @dataclass
@@ -76,7 +76,7 @@ OUTCOMES: Counter[str] = Counter()  # what the property met, to show it was not 
 def gateway(upstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
     settings_ = {"upstreams": {"fake": {"url": upstream.url, "key": UPSTREAM_KEY}},
                  "models": {"chat": ["fake/sleep-40"],  # slow enough for requests of a group to meet in flight
-                            "held": [f"fake/{HELD}"]},
+                            "held": [f"fake/{SLOW_MODEL}"]},
                  # A lookup the encoder is too busy for is skipped (a miss): on a busy machine, paraphrases
                  # would then go untested. Here every lookup waits its turn.
                  "cache": {"semantic_wait_ms": 30_000},
@@ -154,10 +154,10 @@ def test_identical_requests_in_flight_are_joined_within_a_tenant_never_across(ga
     def asked(tenant: str, route: str) -> str:
         return ask(gateway.url, tenant, route, subjects[route], 0, False, model="held")
 
-    held = upstream.stats.by_model[HELD]
+    held = upstream.stats.by_model[SLOW_MODEL]
     with ThreadPoolExecutor(max_workers=3 * len(ROUTES)) as pool:
         first = [pool.submit(asked, "app", route) for route in ROUTES]
-        wait_until(lambda: upstream.stats.by_model[HELD] - held >= len(ROUTES), "the first questions upstream")
+        wait_until(lambda: upstream.stats.by_model[SLOW_MODEL] - held >= len(ROUTES), "the first questions upstream")
         again = {route: pool.submit(asked, "app", route) for route in ROUTES}
         other = {route: pool.submit(asked, "other", route) for route in ROUTES}
         assert [f.result() for f in first] == [CacheOutcome.MISS.value] * len(ROUTES)
