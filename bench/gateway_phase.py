@@ -2,12 +2,14 @@
 same misses through a gateway with the cache off, with the exact cache only, and with the cache as shipped
 (exact and semantic), against a minimal fast upstream (nginx, one static answer), in one run.
 
-    .venv/bin/python bench/gateway_phase.py [--requests 60] [--concurrency 1,32]
+    .venv/bin/python bench/gateway_phase.py [--requests 60] [--concurrency 1,32] [--caches off,exact,shipped,static]
 
 Every default it depends on: the gateway's `cache:` is the variable (`false`; `{semantic: false}`; `{}`, the
-shipped default: exact and semantic, `semantic_wait_ms` 15, MiniLM int8 on one thread), one worker, the
-client in this process (asyncio + httpx) sharing the machine's cores with the gateway. The figures are the
-gateway's own `Server-Timing` (`gateway;dur`, of which `cache;dur`): from the request's arrival to its
+shipped default: exact and semantic with MiniLM int8 on one worker thread, `semantic_wait_ms` 15, so that a
+lookup waits at most that for its vector and one whose embedding would take longer goes upstream without
+it; and `static`: the shipped static embedding, computed on the event loop, at similarity 0.80), one
+worker, the client in this process (asyncio + httpx) sharing the machine's cores with the gateway. The
+figures are the gateway's own `Server-Timing` (`gateway;dur`, of which `cache;dur`): from the request's arrival to its
 leaving for the upstream. Every request is a miss: its last user message is words drawn at random (from
 the embedding model's own vocabulary, so that each is one token or two) and never asked before, in one
 conversation's context, so that the semantic index has prompts of that scope to search. Agent turns are a
@@ -39,7 +41,8 @@ import gateway_overhead  # noqa: E402
 from firsttoken.cache.embed import DEFAULT_MODEL, model_files  # noqa: E402
 from firsttoken.journey.server_timing import parse_server_timing  # noqa: E402
 
-CACHES: dict[str, object] = {"off": False, "exact": {"semantic": False}, "shipped": {}}
+CACHES: dict[str, object] = {"off": False, "exact": {"semantic": False}, "shipped": {},
+                             "static": {"embedding": "wordllama-l2-supercat", "similarity": 0.80}}
 WORDS = (10, 150, 600, 2000)
 AGENT_KB = (13, 212, 1024)
 SYSTEM = "You are a helpful assistant."
@@ -128,6 +131,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=60, help="misses per cell (default 60)")
     parser.add_argument("--concurrency", default="1,32", help="comma-separated (default 1,32)")
+    parser.add_argument("--caches", default=",".join(CACHES), help=f"comma-separated (default {','.join(CACHES)})")
     args = parser.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
     words = vocabulary()
@@ -140,7 +144,8 @@ def main() -> None:
         upstream = fixtures.free_port()
         stack.enter_context(gateway_overhead.nginx(
             fixtures.upstream_nginx_conf(str(gateway_overhead.WORK), upstream), "phase-upstream"))
-        for name, cache in CACHES.items():
+        for name in args.caches.split(","):
+            cache = CACHES[name]
             if isinstance(cache, dict):  # a file of its own, new each run: every request must be a miss
                 path = gateway_overhead.WORK / f"phase-cache-{name}.db"
                 for old in gateway_overhead.WORK.glob(f"{path.name}*"):

@@ -183,10 +183,11 @@ class Cache(_Strict):
     url: str | None = None
     semantic: bool = Field(True, description="also answer paraphrases (a local embedding model, on ONNX Runtime)")
     similarity: float = Field(0.85, gt=0, le=1, description="the least cosine similarity of a semantic hit")
-    embedding: str = Field("all-MiniLM-L6-v2", description="the local embedding model, or a directory with "
-                                                           "model.onnx and tokenizer.json")
+    embedding: str = Field("all-MiniLM-L6-v2", description="the local embedding model: all-MiniLM-L6-v2, "
+                           "wordllama-l2-supercat (static: microseconds), a directory with model.onnx and "
+                           "tokenizer.json, or python:module:factory")
     semantic_wait_ms: float = Field(15, ge=0, description="the longest a lookup waits for the embedding model; "
-                                                          "one that would wait longer is skipped (a miss)")
+                                                          "one that would wait longer goes upstream at once")
     max_prompts: int = Field(100_000, ge=1, description="prompts the semantic index keeps; the oldest go first")
     ttl: int = Field(86400, ge=0, description="seconds an answer is kept")
     max_bytes: int = Field(256 * 1024 * 1024, ge=1024, description="answers kept in all; the oldest go first")

@@ -117,7 +117,9 @@ def regions_and_gateway(work: Path, port: int) -> Iterator[tuple[str, list[int]]
                           "frankfurt": {"url": f"http://127.0.0.1:{frankfurt}/v1", "region": "aws:eu-central-1"}},
             "models": {MODEL: [f"virginia/{MODEL}"], "raced": [f"frankfurt/{MODEL}", f"virginia/{MODEL}"]},
             "routing": {"ordered": ["raced"], "hedge": {"max_s": HEDGE_AFTER_S, "budget": 1.0}},
-            "cache": {"path": str(work / "cache.db")},
+            # The tour shows a paraphrase served: its lookup may wait for the embedding model on a laptop
+            # that is busy (by default a lookup waits at most 15 ms, and a miss goes upstream without it).
+            "cache": {"path": str(work / "cache.db"), "semantic_wait_ms": 2000},
             "journeys": {"log": str(work / "journeys.db")},
             "spend": {"log": str(work / "spend.db")},
             "responses": {"store": None},

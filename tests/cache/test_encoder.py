@@ -1,15 +1,18 @@
 """The embedding worker: concurrent prompts go as one batch, a prompt that would wait too long is skipped
-rather than queued, and a failure reaches every prompt of its batch without stopping the worker."""
+rather than queued (and one that waits longer than it was expected to is let go at its bound), prompts
+kept after their answers wait behind lookups, and a failure reaches every prompt of its batch without
+stopping the worker."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import numpy as np
 import pytest
 
 from firsttoken.cache.embed import load_embedder
-from firsttoken.cache.encoder import Encoder
+from firsttoken.cache.encoder import LEAST_CHARS, Encoder
 
 QUESTIONS = [f"How do I cook {food}?" for food in ("beans", "rice", "yam", "plantain", "okra", "millet")]
 
@@ -44,9 +47,10 @@ async def test_prompts_that_arrive_while_it_computes_go_as_one_batch(model) -> N
 
 
 async def test_a_prompt_that_would_wait_too_long_is_skipped_at_once(model) -> None:
-    encoder = Encoder(Recording(model), max_wait_s=15)  # room to wait behind one prompt
-    # A cost per prompt far above what a busy machine's delays can eat into while the prompts queue.
-    encoder.per_prompt_s = 10
+    encoder = Encoder(Recording(model), max_wait_s=15)  # room for two prompts' turns, not three
+    # A cost per prompt (each is a few words: LEAST_CHARS) far above what a busy machine's delays can eat
+    # into while the prompts queue.
+    encoder.per_char_s = 6 / LEAST_CHARS
     results = await asyncio.gather(*(encoder.encode(q) for q in QUESTIONS))
     assert [r is None for r in results] == [False, False] + [True] * (len(QUESTIONS) - 2)
     assert encoder.skipped == len(QUESTIONS) - 2
@@ -54,11 +58,39 @@ async def test_a_prompt_that_would_wait_too_long_is_skipped_at_once(model) -> No
     encoder.close()
 
 
-async def test_a_prompt_that_finds_it_idle_is_embedded_however_slow_it_was(model) -> None:
-    encoder = Encoder(Recording(model), max_wait_s=0.001)
-    encoder.per_prompt_s = 1.0  # as after a slow first call: an estimate that alone would skip everything
-    assert await encoder.encode("still embedded?") is not None
-    assert encoder.per_prompt_s < 1.0  # and the estimate learns from it
+async def test_a_prompt_too_long_for_its_bound_is_skipped_without_calling_the_model(model) -> None:
+    recording = Recording(model)
+    encoder = Encoder(recording, max_wait_s=0.015)
+    assert await encoder.encode("How do I cook beans? " * 60) is None  # 1 260 characters: about 80 ms
+    assert await encoder.encode("How do I cook beans?") is not None  # a few words: about 4
+    assert recording.batches == [["How do I cook beans?"]] and encoder.skipped == 1
+    encoder.close()
+
+
+async def test_a_lookup_waits_no_longer_than_its_bound(model) -> None:
+    gate = threading.Event()
+
+    def held(texts: list[str]) -> np.ndarray:
+        gate.wait(30)
+        return model.embed(texts)
+
+    encoder = Encoder(held, max_wait_s=0.05)
+    assert await encoder.encode("How do I cook beans?") is None  # the model never answered in time
+    assert encoder.skipped == 1
+    gate.set()
+    encoder.close()
+
+
+async def test_prompts_kept_after_their_answers_wait_behind_lookups(model) -> None:
+    recording = Recording(model)
+    encoder = Encoder(recording, max_wait_s=10)
+    first = asyncio.ensure_future(encoder.encode("first"))
+    await asyncio.sleep(0)
+    later = [encoder.later(f"kept {n}") for n in range(6)]
+    looked_up = asyncio.ensure_future(encoder.encode("looked up"))
+    await asyncio.gather(first, looked_up, *later)
+    assert recording.batches == [["first"], ["looked up"], [f"kept {n}" for n in range(4)], ["kept 4", "kept 5"]]
+    assert encoder.for_lookups == 2 and encoder.encoded == 8
     encoder.close()
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from firsttoken.cache.entry import Entry, Kind, PromptRecord
-from firsttoken.cache.key import exact_key
+from firsttoken.cache.key import Keys, exact_key, request_keys
 from firsttoken.cache.redis_store import RedisStore
 from firsttoken.cache.replay import ReplayError, replay
 from firsttoken.cache.stores import MemoryStore, SqliteStore, Store
@@ -31,7 +31,7 @@ from firsttoken.config import Cache
 from firsttoken.errors import bad_request
 
 if TYPE_CHECKING:  # loaded only when semantic caching is on (onnxruntime takes a moment to import)
-    from firsttoken.cache.encoder import Encoder
+    from firsttoken.cache.encoder import Encoder, InlineEncoder
     from firsttoken.cache.semantic import SemanticIndex
 
 log = logging.getLogger("firsttoken.cache")
@@ -51,14 +51,14 @@ class Lookup:
     tenant: str
     ttl: float
     similarity: float | None = None  # a semantic hit's
-    prompt: Prompt | None = None  # the request's last user message, embedded, when semantic caching is on
+    prompt: Prompt | None = None  # the request's last user message, when semantic caching is on
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Prompt:
     scope: str  # everything in the request but the last user message (tenant, targets, context, parameters)
     text: str
-    vector: Any
+    vector: Any = None  # computed for the lookup when its scope holds prompts; else after the answer
 
 
 class EdgeCache:
@@ -66,8 +66,9 @@ class EdgeCache:
         self.settings = settings
         self.store = open_store(settings)
         self.semantic: SemanticIndex | None = None  # loaded by start(), when configured
-        self.encoder: Encoder | None = None
+        self.encoder: Encoder | InlineEncoder | None = None
         self._following: asyncio.Task[None] | None = None
+        self._embedding: dict[str, set[asyncio.Future[Any]]] = {}  # per scope: kept prompts not yet embedded
         self.not_kept: Counter[str] = Counter()  # answers not kept, by why (incomplete, marked no-store)
         self.dropped = 0  # stored answers that could not be replayed
 
@@ -82,9 +83,11 @@ class EdgeCache:
             log.warning("semantic caching is off: %s", exc)
             return
         await asyncio.to_thread(index.restore, await self.store.prompts(time.time()))
-        from firsttoken.cache.encoder import Encoder
+        from firsttoken.cache.encoder import Encoder, InlineEncoder
 
-        self.semantic, self.encoder = index, Encoder(index.vectors, self.settings.semantic_wait_ms / 1000)
+        self.encoder = (InlineEncoder(index.vectors) if getattr(index.embedder, "inline", False)
+                        else Encoder(index.vectors, self.settings.semantic_wait_ms / 1000))
+        self.semantic = index
         follow = getattr(self.store, "follow", None)
         if follow is not None:
             self._following = asyncio.get_running_loop().create_task(self._follow(index, follow()))
@@ -114,32 +117,43 @@ class EdgeCache:
             return None
         ttl = ttl if ttl > 0 else self.settings.ttl
         owner = "*" if self.settings.shared else tenant
-        key = exact_key(owner, targets, body if keyed is None else keyed)
-        hit = await self.store.get(key, time.time()) if read else None
-        lookup = Lookup(key, hit, key if hit is not None else None, read, write, owner, ttl)
-        if lookup.hit is None and self.semantic is not None:
-            await self._semantic(lookup, targets, body, None if keyed is None else keyed.get("format"))
+        keys = self._keys(owner, targets, body, keyed)
+        hit = await self.store.get(keys.exact, time.time()) if read else None
+        lookup = Lookup(keys.exact, hit, keys.exact if hit is not None else None, read, write, owner, ttl)
+        if keys.scope is not None and keys.text is not None and self.semantic is not None:
+            # The embedding model is part of the scope: vectors of two models never meet, in a store they share.
+            lookup.prompt = Prompt(f"{self.settings.embedding}:{keys.scope}", keys.text)
+            if hit is None and read:
+                await self._semantic(lookup, lookup.prompt)
         return lookup
 
-    async def _semantic(self, lookup: Lookup, targets: Sequence[str], body: dict[str, Any],
-                        format: str | None) -> None:
-        """A paraphrase's stored answer, when the guards agree; and the prompt, to keep with a fresh one."""
+    def _keys(self, owner: str, targets: Sequence[str], body: dict[str, Any], keyed: dict[str, Any] | None) -> Keys:
+        """The exact key, and for the semantic cache the context's scope and the text to embed: one pass over
+        the request where its keyed form ends with the user's text (chat's, Anthropic's)."""
+        if self.semantic is None:
+            return Keys(exact_key(owner, targets, body if keyed is None else keyed))
+        if keyed is None:
+            return request_keys(owner, targets, body)
+        if "native" not in keyed:
+            return request_keys(owner, targets, keyed)
+        # Responses' keyed form holds its input twice (as chat messages, and as what a native upstream is
+        # sent), so the text is in its context too: its scope is its chat form's, in its format.
+        scoped = request_keys(owner, targets, {**body, "format": keyed.get("format")})
+        return Keys(exact_key(owner, targets, keyed), scoped.scope, scoped.text)
+
+    async def _semantic(self, lookup: Lookup, prompt: Prompt) -> None:
+        """A paraphrase's stored answer, when the guards agree. The prompt is embedded only where a stored one
+        could match it: a context nobody has had before (the scope holds no prompt) costs no embedding."""
         assert self.semantic is not None and self.encoder is not None
-        split = last_user_text(body)
-        if split is None:
+        embedding = self._embedding.get(prompt.scope)
+        if embedding:  # prompts of this scope kept a moment ago, still being embedded: they may be the match
+            await asyncio.wait(embedding, timeout=self.settings.semantic_wait_ms / 1000)
+        if not self.semantic.holds(prompt.scope):
             return
-        text, context = split
-        if format is not None:
-            context["format"] = format
-        vector = await self.encoder.encode(text)
-        if vector is None:  # the encoder is too far behind: a miss now beats a hit later (counted)
+        prompt.vector = await self.encoder.encode(prompt.text)
+        if prompt.vector is None:  # the encoder is too far behind: a miss now beats a hit later (counted)
             return
-        # The embedding model is part of the scope: vectors of two models never meet, in a store they share.
-        scope = f"{self.settings.embedding}:{exact_key(lookup.tenant, targets, context)}"
-        lookup.prompt = Prompt(scope, text, vector)
-        if not lookup.read:
-            return
-        found = self.semantic.find(lookup.prompt.scope, text, vector).match
+        found = self.semantic.find(prompt.scope, prompt.text, prompt.vector).match
         if found is None:
             return
         entry = await self.store.get(found.ref, time.time())
@@ -181,12 +195,38 @@ class EdgeCache:
         now = time.time()
         entry = Entry(kind, body, lookup.tenant, route, now, now + lookup.ttl)
         prompt = lookup.prompt
-        if self.semantic is None or prompt is None:
+        if self.encoder is None or prompt is None:
             self.store.put(lookup.key, entry)
             return
-        self.semantic.add(prompt.scope, prompt.text, lookup.key, prompt.vector)
-        vector = prompt.vector.tobytes()  # float32: SemanticIndex.vectors() makes sure
-        self.store.put(lookup.key, entry, PromptRecord(lookup.key, prompt.scope, prompt.text, vector, entry.expires))
+        if prompt.vector is not None:
+            self._index(lookup.key, entry, prompt, prompt.vector)
+            return
+        embedding = self.encoder.later(prompt.text)  # its request did not need the vector: now, off its path
+        if embedding is not None and embedding.done():  # computed at once (a static embedding)
+            self._index(lookup.key, entry, prompt, embedding.result())
+            return
+        self.store.put(lookup.key, entry)  # for exact hits meanwhile
+        if embedding is None:  # too many waiting to be embedded: kept for exact hits only (counted)
+            return
+        waiting = self._embedding.setdefault(prompt.scope, set())
+        waiting.add(embedding)
+        embedding.add_done_callback(lambda done: self._embedded(lookup.key, entry, prompt, done))
+
+    def _embedded(self, key: str, entry: Entry, prompt: Prompt, done: asyncio.Future[Any]) -> None:
+        waiting = self._embedding.get(prompt.scope)
+        if waiting is not None:
+            waiting.discard(done)
+            if not waiting:
+                del self._embedding[prompt.scope]
+        if not done.cancelled() and done.exception() is None:
+            self._index(key, entry, prompt, done.result())
+
+    def _index(self, key: str, entry: Entry, prompt: Prompt, vector: Any) -> None:
+        """The answer stored with its prompt, which the semantic index now knows."""
+        assert self.semantic is not None
+        self.semantic.add(prompt.scope, prompt.text, key, vector)
+        record = PromptRecord(key, prompt.scope, prompt.text, vector.tobytes(), entry.expires)  # float32 (vectors())
+        self.store.put(key, entry, record)
 
     async def close(self) -> None:
         if self.encoder is not None:
@@ -196,26 +236,6 @@ class EdgeCache:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._following
         await self.store.close()
-
-
-def last_user_text(body: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
-    """The text of the request's last message when a user wrote it, and the request without that text
-    (its context: the scope a paraphrase must share); None when the request ends otherwise."""
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages or not isinstance(messages[-1], dict):
-        return None
-    last = messages[-1]
-    if last.get("role") != "user":
-        return None
-    content = last.get("content")
-    if isinstance(content, list):
-        parts = [p for p in content if isinstance(p, dict)]
-        if any(p.get("type") != "text" for p in parts):  # an image or a file: only an exact match will do
-            return None
-        content = "\n".join(str(p.get("text", "")) for p in parts)
-    if not isinstance(content, str) or not content.strip():
-        return None
-    return content, {**body, "messages": [*messages[:-1], {**last, "content": None}]}
 
 
 def open_store(settings: Cache) -> Store:

@@ -7,7 +7,9 @@ cosine 0.996 of sentence-transformers' (tested against a reference set), and the
 measured on them (docs/benchmarks.md).
 
 Any other sentence model exported to ONNX can stand in: a directory holding `model.onnx` (whose first
-output is either the token vectors or the sentence vector) and `tokenizer.json`.
+output is either the token vectors or the sentence vector) and `tokenizer.json`; so can the static
+embedding (static_embed.py, the default), or any embedder written in Python, named `python:module:factory`
+(the factory is called with no arguments and returns an `Embedder`).
 
 Calls are meant for a worker thread: ONNX Runtime lets go of the GIL while it computes.
 """
@@ -15,6 +17,7 @@ Calls are meant for a worker thread: ONNX Runtime lets go of the GIL while it co
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +34,7 @@ _DEFAULT_MAX_TOKENS = 256  # sentence-transformers' max_seq_length for this mode
 
 class Embedder(Protocol):
     dimensions: int
+    inline: bool  # cheap enough to compute on the event loop (microseconds), rather than on a worker thread
 
     def embed(self, texts: list[str]) -> np.ndarray: ...  # (len(texts), dimensions), unit length, float32
 
@@ -57,10 +61,23 @@ def model_files(model: str = DEFAULT_MODEL) -> ModelFiles:
 
 
 def load_embedder(model: str = DEFAULT_MODEL, threads: int = 1) -> Embedder:
+    from firsttoken.cache import static_embed
+
+    if model == static_embed.NAME:
+        return static_embed.StaticEmbedder()
+    if model.startswith("python:"):
+        module, _, factory = model.removeprefix("python:").partition(":")
+        try:
+            embedder: Embedder = getattr(importlib.import_module(module), factory)()
+        except (ImportError, AttributeError) as exc:
+            raise RuntimeError(f"{model!r}: {exc}") from exc
+        return embedder
     return OnnxEmbedder(model_files(model), threads)
 
 
 class OnnxEmbedder:
+    inline = False  # milliseconds to tens of them: a worker thread's
+
     def __init__(self, files: ModelFiles, threads: int = 1) -> None:
         import onnxruntime
         from tokenizers import Tokenizer

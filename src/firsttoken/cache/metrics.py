@@ -34,7 +34,13 @@ class CacheCollector(Collector):
             batches = CounterMetricFamily("firsttoken_semantic_encoder_batches", "Model calls of the embedding "
                                           "worker; prompts embedded, over this, is the mean batch.")
             batches.add_metric([], encoder.batches)
-            encoded = CounterMetricFamily("firsttoken_semantic_prompts_embedded", "Prompts the embedding worker "
-                                          "embedded.")
-            encoded.add_metric([], encoder.encoded)
-            yield from (skipped, batches, encoded)
+            encoded = CounterMetricFamily("firsttoken_semantic_prompts_embedded", "Prompts embedded: for a "
+                                          "lookup (on the request's path), or after an answer was kept.",
+                                          labels=["when"])
+            encoded.add_metric(["lookup"], encoder.for_lookups)
+            encoded.add_metric(["after_answer"], encoder.encoded - encoder.for_lookups)
+            dropped_later = CounterMetricFamily("firsttoken_semantic_prompts_not_embedded", "Kept answers whose "
+                                                "prompts were not embedded (exact hits only): too many waited, or "
+                                                "no lookup could wait for one that long.")
+            dropped_later.add_metric([], encoder.dropped)
+            yield from (skipped, batches, encoded, dropped_later)

@@ -13,6 +13,7 @@ them back after a restart, or from another gateway sharing the store.
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -53,6 +54,7 @@ class SemanticIndex:
         self._index = Index(ndim=embedder.dimensions, metric="ip", dtype="f32")
         self._entries: dict[int, tuple[str, str, str]] = {}  # id → (scope, text, ref)
         self._by_ref: dict[str, int] = {}
+        self._scopes: Counter[str] = Counter()  # prompts kept per scope: a scope with none needs no embedding
         self._ids = itertools.count(1)
 
     def __len__(self) -> int:
@@ -60,6 +62,10 @@ class SemanticIndex:
 
     def __contains__(self, ref: str) -> bool:
         return ref in self._by_ref
+
+    def holds(self, scope: str) -> bool:
+        """Whether any prompt of this scope is kept: if none is, no lookup in it can match."""
+        return scope in self._scopes
 
     def restore(self, prompts: list[PromptRecord]) -> None:
         """Prompts a store kept (oldest first), added in one batch: no text is embedded again. Vectors of
@@ -73,6 +79,7 @@ class SemanticIndex:
         for key, prompt in zip(keys.tolist(), fresh, strict=True):
             self._entries[key] = (prompt.scope, prompt.text, prompt.ref)
             self._by_ref[prompt.ref] = key
+            self._scopes[prompt.scope] += 1
         self._bound()
 
     def vectors(self, texts: list[str]) -> np.ndarray:
@@ -86,6 +93,7 @@ class SemanticIndex:
         self._index.add(key, vector if vector is not None else self.vectors([text])[0])
         self._entries[key] = (scope, text, ref)
         self._by_ref[ref] = key
+        self._scopes[scope] += 1
         self._bound()
 
     def _bound(self) -> None:
@@ -96,11 +104,14 @@ class SemanticIndex:
         key = self._by_ref.pop(ref, None)
         if key is not None:
             self._index.remove(key)
-            del self._entries[key]
+            scope = self._entries.pop(key)[0]
+            self._scopes[scope] -= 1
+            if not self._scopes[scope]:
+                del self._scopes[scope]
 
     def find(self, scope: str, text: str, vector: np.ndarray | None = None) -> Found:
         found = Found(None)
-        if not self._entries:
+        if scope not in self._scopes:
             return found
         query = vector if vector is not None else self.vectors([text])[0]
         wanted = self.candidates
