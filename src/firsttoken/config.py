@@ -186,8 +186,10 @@ class Cache(_Strict):
     embedding: str = Field("all-MiniLM-L6-v2", description="the local embedding model: all-MiniLM-L6-v2, "
                            "wordllama-l2-supercat (static: microseconds), a directory with model.onnx and "
                            "tokenizer.json, or python:module:factory")
-    semantic_wait_ms: float = Field(15, ge=0, description="the longest a lookup waits for the embedding model; "
-                                                          "one that would wait longer goes upstream at once")
+    semantic_wait_ms: float = Field(1, ge=0, description="the semantic lookup's head start: how long a request "
+                                    "waits for it before leaving; still running, it races the upstream")
+    race_budget: float = Field(0.1, ge=0, le=1, description="upstream requests that a semantic hit found after "
+                               "they left may cancel, per lookup, on average (a hit beyond it is not served)")
     max_prompts: int = Field(100_000, ge=1, description="prompts the semantic index keeps; the oldest go first")
     ttl: int = Field(86400, ge=0, description="seconds an answer is kept")
     max_bytes: int = Field(256 * 1024 * 1024, ge=1024, description="answers kept in all; the oldest go first")

@@ -1,7 +1,6 @@
 """The embedding worker: concurrent prompts go as one batch, a prompt that would wait too long is skipped
-rather than queued (and one that waits longer than it was expected to is let go at its bound), prompts
-kept after their answers wait behind lookups, and a failure reaches every prompt of its batch without
-stopping the worker."""
+rather than queued (and one that waits longer than it was expected to is let go at its bound), a lookup's
+texts go together, and a failure reaches every prompt of its batch without stopping the worker."""
 
 from __future__ import annotations
 
@@ -38,11 +37,11 @@ class Recording:
 async def test_prompts_that_arrive_while_it_computes_go_as_one_batch(model) -> None:
     recording = Recording(model)
     encoder = Encoder(recording, max_wait_s=10)
-    vectors = await asyncio.gather(*(encoder.encode(q) for q in QUESTIONS))
+    vectors = await asyncio.gather(*(encoder.encode([q]) for q in QUESTIONS))
     assert recording.batches == [QUESTIONS[:1], QUESTIONS[1:]]  # the first went alone; the rest waited together
     assert encoder.batches == 2 and encoder.encoded == len(QUESTIONS)
     for question, vector in zip(QUESTIONS, vectors, strict=True):
-        assert float(vector @ model.embed([question])[0]) > 0.9999
+        assert float(vector[0] @ model.embed([question])[0]) > 0.9999
     encoder.close()
 
 
@@ -51,18 +50,18 @@ async def test_a_prompt_that_would_wait_too_long_is_skipped_at_once(model) -> No
     # A cost per prompt (each is a few words: LEAST_CHARS) far above what a busy machine's delays can eat
     # into while the prompts queue.
     encoder.per_char_s = 6 / LEAST_CHARS
-    results = await asyncio.gather(*(encoder.encode(q) for q in QUESTIONS))
+    results = await asyncio.gather(*(encoder.encode([q]) for q in QUESTIONS))
     assert [r is None for r in results] == [False, False] + [True] * (len(QUESTIONS) - 2)
     assert encoder.skipped == len(QUESTIONS) - 2
-    assert await encoder.encode("and once it is idle again?") is not None
+    assert await encoder.encode(["and once it is idle again?"]) is not None
     encoder.close()
 
 
 async def test_a_prompt_too_long_for_its_bound_is_skipped_without_calling_the_model(model) -> None:
     recording = Recording(model)
     encoder = Encoder(recording, max_wait_s=0.015)
-    assert await encoder.encode("How do I cook beans? " * 60) is None  # 1 260 characters: about 80 ms
-    assert await encoder.encode("How do I cook beans?") is not None  # a few words: about 4
+    assert await encoder.encode(["How do I cook beans? " * 60]) is None  # 1 260 characters: about 80 ms
+    assert await encoder.encode(["How do I cook beans?"]) is not None  # a few words: about 4
     assert recording.batches == [["How do I cook beans?"]] and encoder.skipped == 1
     encoder.close()
 
@@ -75,42 +74,39 @@ async def test_a_lookup_waits_no_longer_than_its_bound(model) -> None:
         return model.embed(texts)
 
     encoder = Encoder(held, max_wait_s=0.05)
-    assert await encoder.encode("How do I cook beans?") is None  # the model never answered in time
+    assert await encoder.encode(["How do I cook beans?"]) is None  # the model never answered in time
     assert encoder.skipped == 1
     gate.set()
     encoder.close()
 
 
-async def test_prompts_kept_after_their_answers_wait_behind_lookups(model) -> None:
+async def test_a_lookups_texts_go_in_one_batch_and_come_back_in_order(model) -> None:
     recording = Recording(model)
     encoder = Encoder(recording, max_wait_s=10)
-    first = asyncio.ensure_future(encoder.encode("first"))
-    await asyncio.sleep(0)
-    later = [encoder.later(f"kept {n}") for n in range(6)]
-    looked_up = asyncio.ensure_future(encoder.encode("looked up"))
-    await asyncio.gather(first, looked_up, *later)
-    assert recording.batches == [["first"], ["looked up"], [f"kept {n}" for n in range(4)], ["kept 4", "kept 5"]]
-    assert encoder.for_lookups == 2 and encoder.encoded == 8
+    vectors = await encoder.encode(QUESTIONS[:3])
+    assert recording.batches == [QUESTIONS[:3]] and vectors.shape == (3, 384)
+    for question, vector in zip(QUESTIONS, vectors, strict=False):
+        assert float(vector @ model.embed([question])[0]) > 0.9999
     encoder.close()
 
 
 async def test_a_failure_reaches_its_batch_and_the_worker_goes_on(model) -> None:
     recording = Recording(model, fail=True)
     encoder = Encoder(recording, max_wait_s=10)
-    results = await asyncio.gather(*(encoder.encode(q) for q in QUESTIONS[:3]), return_exceptions=True)
+    results = await asyncio.gather(*(encoder.encode([q]) for q in QUESTIONS[:3]), return_exceptions=True)
     assert all(isinstance(r, RuntimeError) for r in results)
     recording.fail = False
-    assert (await encoder.encode("still there?")).shape == (384,)
+    assert (await encoder.encode(["still there?"])).shape == (1, 384)
     encoder.close()
 
 
 async def test_a_prompt_whose_request_left_is_not_embedded(model) -> None:
     recording = Recording(model)
     encoder = Encoder(recording, max_wait_s=10)
-    first = asyncio.ensure_future(encoder.encode("first"))
+    first = asyncio.ensure_future(encoder.encode(["first"]))
     await asyncio.sleep(0)
-    gone = asyncio.ensure_future(encoder.encode("gone"))
-    kept = asyncio.ensure_future(encoder.encode("kept"))
+    gone = asyncio.ensure_future(encoder.encode(["gone"]))
+    kept = asyncio.ensure_future(encoder.encode(["kept"]))
     await asyncio.sleep(0)
     gone.cancel()
     await asyncio.gather(first, kept)

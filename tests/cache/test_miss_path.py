@@ -1,8 +1,10 @@
 """A miss never waits for the semantic lookup. With an embedding model that waits while the test holds it
-(support/held_embedder.py, on the encoder's worker thread as any slow model is), a request answers while
-the model is held: a conversation nobody has had before, and a request that asks not to be served from
-the cache, are never embedded on their way; their answers' prompts are embedded afterwards, and then
-serve a paraphrase. A lookup that could match waits no longer than `semantic_wait_ms`."""
+(support/held_embedder.py, on the encoder's worker thread as any slow model is), a request in a
+conversation nobody has had before, or one that may not be served from the cache, answers while the model
+is held: neither is embedded at all. A kept prompt is embedded when a later request in its context looks
+it up, and then serves that paraphrase. A lookup that outlives its head start races the upstream: the
+upstream's answer wins when it comes first; a hit found before it answers, and the upstream request is
+cancelled and marked."""
 
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import ADMIN, ADMIN_KEY, CLIENT_KEY, UPSTREAM_KEY
+from support.faulty_answers import HELD as HELD_UPSTREAM
+from support.faulty_answers import HELD_TEXT
 from support.gateway_process import GatewayProcess
 from support.held_embedder import HELD
 from support.waiting import PATIENCE_S, wait_until
@@ -24,88 +28,103 @@ TESTS = str(Path(__file__).resolve().parents[1])
 RUN = itertools.count()
 
 
-def settings(upstream_url: str, wait_ms: float) -> dict:
-    return {"upstreams": {"fake": {"url": upstream_url, "key": UPSTREAM_KEY}},
-            "keys": [{"name": "app", "key": CLIENT_KEY}], "models": {"chat": ["fake/echo"]}, "admin_key": ADMIN_KEY,
-            "cache": {"backend": "sqlite", "path": "cache.db", "semantic": True,
-                      "embedding": "python:support.held_embedder:HeldEmbedder", "semantic_wait_ms": wait_ms}}
+def settings(upstream_url: str, head_start_ms: float) -> dict:
+    return {"upstreams": {"fake": {"url": upstream_url, "key": UPSTREAM_KEY}}, "admin_key": ADMIN_KEY,
+            "keys": [{"name": "app", "key": CLIENT_KEY}], "models": {"chat": ["fake/echo"], "slow": ["fake/held"]},
+            "cache": {"backend": "sqlite", "path": "cache.db", "semantic": True, "race_budget": 1.0,
+                      "embedding": "python:support.held_embedder:HeldEmbedder", "semantic_wait_ms": head_start_ms}}
 
 
 @pytest.fixture
 def patient(upstream, tmp_path) -> Iterator[GatewayProcess]:
-    """A gateway whose lookups wait for the model as long as a test may (a held one makes them skip)."""
+    """A gateway whose lookups have as long a head start as a test may wait: each is decided before its
+    request leaves."""
     with GatewayProcess(settings(upstream.url, PATIENCE_S * 1000), tmp_path, {"PYTHONPATH": TESTS}) as gateway:
         yield gateway
 
 
-def ask(gateway: GatewayProcess, question: str, system: str, headers: dict[str, str] | None = None) -> tuple[str, str]:
-    """(x-firsttoken-cache, the answer's text)."""
-    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=CLIENT_KEY, max_retries=0)
+@pytest.fixture
+def hasty(upstream, tmp_path) -> Iterator[GatewayProcess]:
+    """A gateway whose requests leave at once: every lookup races the upstream."""
+    with GatewayProcess(settings(upstream.url, 0), tmp_path, {"PYTHONPATH": TESTS}) as gateway:
+        yield gateway
+
+
+def ask(gateway: GatewayProcess, question: str, system: str, headers: dict[str, str] | None = None,
+        model: str = "chat") -> tuple[str, str, str]:
+    """(x-firsttoken-cache, x-firsttoken-route, the answer's text)."""
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=CLIENT_KEY, max_retries=0, timeout=PATIENCE_S)
     raw = client.chat.completions.with_raw_response.create(
-        model="chat", messages=[{"role": "system", "content": system}, {"role": "user", "content": question}],
+        model=model, messages=[{"role": "system", "content": system}, {"role": "user", "content": question}],
         extra_headers=headers)
-    return raw.headers["x-firsttoken-cache"], raw.parse().choices[0].message.content or ""
+    return (raw.headers["x-firsttoken-cache"], raw.headers["x-firsttoken-route"],
+            raw.parse().choices[0].message.content or "")
 
 
-def embedded(gateway: GatewayProcess) -> dict[str, float]:
-    """Prompts embedded for lookups and after answers, and lookups skipped, from the gateway's metrics."""
-    counts = {"lookup": 0.0, "after_answer": 0.0, "skipped": 0.0}
+def counted(gateway: GatewayProcess) -> dict[str, float]:
+    """Prompts embedded (the requests' own, kept ones) and how racing lookups ended, from the metrics."""
+    counts: dict[str, float] = {}
     for family in text_string_to_metric_families(httpx.get(gateway.url + "/metrics", headers=ADMIN).text):
         for sample in family.samples:
             if sample.name == "firsttoken_semantic_prompts_embedded_total":
-                counts[sample.labels["when"]] = sample.value
-            elif sample.name == "firsttoken_semantic_lookups_skipped_total":
-                counts["skipped"] = sample.value
+                counts[sample.labels["whose"]] = sample.value
+            elif sample.name == "firsttoken_semantic_races_total":
+                counts[sample.labels["ended"]] = sample.value
     return counts
 
 
-def kept_and_embedded(gateway: GatewayProcess, question: str, system: str) -> str:
-    """Ask in a new conversation; wait until its prompt is embedded after the answer. The answer."""
-    after = embedded(gateway)["after_answer"]
-    state, answer = ask(gateway, question, system)
-    assert state == "miss"
-    wait_until(lambda: embedded(gateway)["after_answer"] > after, "the kept prompt embedded after its answer")
-    return answer
+def conversation() -> str:
+    return f"You are assistant number {next(RUN)}."
 
 
-def test_a_new_conversation_leaves_at_once_and_its_answer_later_serves_a_paraphrase(patient, upstream) -> None:
-    system = f"You are assistant number {next(RUN)}."
+def test_a_new_conversation_is_never_embedded_and_its_answer_serves_a_later_paraphrase(patient, upstream) -> None:
+    system = conversation()
     held = patient.workdir / HELD
     held.touch()
-    state, answer = ask(patient, "How do I cook beans?", system)  # answered while the model is held
+    state, _, answer = ask(patient, "How do I cook beans?", system)  # answered while the model is held
     assert (state, answer) == ("miss", "echo: How do I cook beans?")
-    state, _ = ask(patient, "And lentils, how long?", system + " Again.")  # another context nobody has had
-    assert state == "miss"
-    assert embedded(patient)["lookup"] == 0  # neither was embedded on its way: no stored prompt could match
+    assert ask(patient, "How do I cook beans?", system + " Another.")[0] == "miss"  # another new context
+    assert counted(patient)["request"] == counted(patient)["kept"] == 0  # no stored prompt could match either
     held.unlink()
-    wait_until(lambda: embedded(patient)["after_answer"] == 2, "both prompts embedded after their answers")
     before = upstream.stats.chats
-    state, again = ask(patient, "What is the way to cook beans?", system)
+    state, _, again = ask(patient, "What is the way to cook beans?", system)
     assert state.startswith("semantic-hit") and again == answer
-    assert upstream.stats.chats == before and embedded(patient)["lookup"] == 1
+    assert upstream.stats.chats == before
+    assert (counted(patient)["request"], counted(patient)["kept"]) == (1, 1)  # one model call: both prompts
 
 
-def test_a_request_that_may_not_be_served_from_the_cache_is_never_embedded_on_its_way(patient, upstream) -> None:
-    system = f"You are assistant number {next(RUN)}."
-    kept_and_embedded(patient, "How do I cook beans?", system)
+def test_a_request_that_may_not_be_served_from_the_cache_is_never_embedded(patient, upstream) -> None:
+    system = conversation()
+    assert ask(patient, "How do I cook beans?", system)[0] == "miss"
     held = patient.workdir / HELD
     held.touch()
-    looked_up = embedded(patient)["lookup"]
     for headers in ({"cache-control": "no-cache"}, {"x-firsttoken-cache": "refresh"}, {"x-firsttoken-cache": "off"}):
         before = upstream.stats.chats
-        state, answer = ask(patient, "What is the way to cook beans?", system, headers)
+        _, _, answer = ask(patient, "What is the way to cook beans?", system, headers)
         assert answer == "echo: What is the way to cook beans?" and upstream.stats.chats == before + 1, headers
-    assert embedded(patient)["lookup"] == looked_up
+    assert counted(patient)["request"] == 0
     held.unlink()
 
 
-def test_a_lookup_that_could_match_waits_no_longer_than_its_bound(upstream, tmp_path) -> None:
-    system = f"You are assistant number {next(RUN)}."
-    with GatewayProcess(settings(upstream.url, 50), tmp_path, {"PYTHONPATH": TESTS}) as gateway:
-        kept_and_embedded(gateway, "How do I cook beans?", system)
-        held = gateway.workdir / HELD
-        held.touch()
-        state, answer = ask(gateway, "What is the way to cook beans?", system)  # its model call never returns
-        assert (state, answer) == ("miss", "echo: What is the way to cook beans?")
-        assert embedded(gateway)["skipped"] == 1
-        held.unlink()
+def test_the_upstream_answers_when_it_is_sooner_than_the_lookup(hasty) -> None:
+    system = conversation()
+    assert ask(hasty, "How do I cook beans?", system)[0] == "miss"
+    held = hasty.workdir / HELD
+    held.touch()
+    state, _, answer = ask(hasty, "What is the way to cook beans?", system)  # its lookup's model call is held
+    assert (state, answer) == ("miss", "echo: What is the way to cook beans?")
+    assert counted(hasty)["lost"] == 1
+    held.unlink()
+
+
+def test_a_hit_found_before_the_upstream_answers_cancels_the_upstream_request(hasty) -> None:
+    system = conversation()
+    assert ask(hasty, "How do I cook beans?", system, model="slow")[0] == "miss"
+    with HELD_UPSTREAM.shut():  # the upstream answers nothing until the test is done
+        state, route, answer = ask(hasty, "What is the way to cook beans?", system, model="slow")
+    assert state.startswith("semantic-hit") and answer == HELD_TEXT
+    assert route == "fake/held; raced=fake/held"
+    assert counted(hasty)["won"] == 1
+    auth = {"authorization": f"Bearer {CLIENT_KEY}"}
+    wait_until(lambda: httpx.get(hasty.url + "/v1/journeys?limit=1", headers=auth).json()["data"][0]["hedge"]
+               == "raced=fake/held", "the journey to mark the cancelled request")

@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import ADMIN, ADMIN_KEY, CLIENT_KEY
@@ -26,7 +27,7 @@ from support.limits import refills_since
 from support.nginx import NginxProcess, nginx_binary
 from support.openai_upstream import UPSTREAM_KEY, UpstreamThread
 from support.redis_server import RedisServer
-from support.waiting import wait_until
+from support.waiting import PATIENCE_S, wait_until
 
 pytestmark = pytest.mark.skipif(nginx_binary() is None, reason="nginx is not installed (apt-get install nginx)")
 
@@ -47,6 +48,13 @@ class Cluster:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     root = tmp_path_factory.mktemp("replicas")
+    # The deployment's config as shipped, but for the semantic lookup's head start: the test's upstream answers
+    # in a millisecond, sooner than any lookup, so a paraphrase is only served by a lookup decided before
+    # its request leaves (tests/cache/test_miss_path.py races them).
+    config = yaml.safe_load(DEPLOY_CONFIG.read_text())
+    config["cache"]["semantic_wait_ms"] = PATIENCE_S * 1000
+    deployed = root / "config.yaml"
+    deployed.write_text(yaml.safe_dump(config))
     with ExitStack() as stack:
         upstream = stack.enter_context(UpstreamThread())
         redis = stack.enter_context(RedisServer(root))
@@ -57,7 +65,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             env = {"UPSTREAM_URL": upstream.url, "UPSTREAM_API_KEY": UPSTREAM_KEY, "REDIS_URL": redis.url,
                    "FIRSTTOKEN_CLIENT_KEY": CLIENT_KEY, "FIRSTTOKEN_ADMIN_KEY": ADMIN_KEY,
                    "FIRSTTOKEN_CLIENT_RPM": str(RPM), "FIRSTTOKEN_STATE_DIR": str(state)}
-            replicas.append(GatewayProcess(DEPLOY_CONFIG, state, env=env,
+            replicas.append(GatewayProcess(deployed, state, env=env,
                                            args=["--host", "127.0.0.1", "--workers", "2"]))
         with ThreadPoolExecutor(len(replicas)) as pool:  # both start at once: each waits on its own model load
             list(pool.map(stack.enter_context, replicas))

@@ -9,6 +9,13 @@ in their wire format (answers.py), and the upstream did not mark them `no-store`
 
 A cache must never make a request fail: a stored answer that cannot be replayed in the shape asked for is
 dropped, counted, and the request goes upstream as a miss.
+
+A miss never waits for the semantic lookup longer than its head start (`semantic_wait_ms`). A prompt is
+embedded only where a stored one could match it: a context nobody has had before, or a request that may
+not be served from the cache, costs no embedding at all, and a kept prompt is embedded when the next
+request in its context looks it up (unembedded.py). A lookup still running when the head start has passed
+races the upstream (`Lookup.racing`): a hit found before the upstream's first byte answers the client,
+and the upstream request is cancelled, within a budget (`race_budget`) like the hedges'.
 """
 
 from __future__ import annotations
@@ -27,8 +34,10 @@ from firsttoken.cache.key import Keys, exact_key, request_keys
 from firsttoken.cache.redis_store import RedisStore
 from firsttoken.cache.replay import ReplayError, replay
 from firsttoken.cache.stores import MemoryStore, SqliteStore, Store
+from firsttoken.cache.unembedded import Unembedded, UnembeddedPrompts
 from firsttoken.config import Cache
 from firsttoken.errors import bad_request
+from firsttoken.routing.budget import Budget
 
 if TYPE_CHECKING:  # loaded only when semantic caching is on (onnxruntime takes a moment to import)
     from firsttoken.cache.encoder import Encoder, InlineEncoder
@@ -37,6 +46,8 @@ if TYPE_CHECKING:  # loaded only when semantic caching is on (onnxruntime takes 
 log = logging.getLogger("firsttoken.cache")
 
 _OPT = b"x-firsttoken-cache"
+# The longest a racing lookup may take: a hit found later than an upstream's first byte answers nothing.
+RACE_LIMIT_S = 2.0
 
 
 @dataclass(slots=True)
@@ -52,13 +63,14 @@ class Lookup:
     ttl: float
     similarity: float | None = None  # a semantic hit's
     prompt: Prompt | None = None  # the request's last user message, when semantic caching is on
+    racing: asyncio.Task[None] | None = None  # the semantic lookup, still running when the request left
 
 
 @dataclass(slots=True)
 class Prompt:
     scope: str  # everything in the request but the last user message (tenant, targets, context, parameters)
     text: str
-    vector: Any = None  # computed for the lookup when its scope holds prompts; else after the answer
+    vector: Any = None  # computed for the lookup when its scope holds prompts; else when the next one does
 
 
 class EdgeCache:
@@ -68,9 +80,12 @@ class EdgeCache:
         self.semantic: SemanticIndex | None = None  # loaded by start(), when configured
         self.encoder: Encoder | InlineEncoder | None = None
         self._following: asyncio.Task[None] | None = None
-        self._embedding: dict[str, set[asyncio.Future[Any]]] = {}  # per scope: kept prompts not yet embedded
+        self.unembedded = UnembeddedPrompts()
+        self.races = Budget(settings.race_budget, reserve=5.0, full=False)  # earned per lookup, spent per win
         self.not_kept: Counter[str] = Counter()  # answers not kept, by why (incomplete, marked no-store)
         self.dropped = 0  # stored answers that could not be replayed
+        self.embedded_stored = 0  # kept prompts embedded when a later lookup in their context needed them
+        self.raced: Counter[str] = Counter()  # lookups that raced the upstream, by how it ended
 
     async def start(self) -> None:
         """Load the embedding model (a fraction of a second) and the prompts the store kept, off the loop; then
@@ -82,21 +97,27 @@ class EdgeCache:
         except (RuntimeError, OSError, ImportError) as exc:  # not a model, or not one that loads: exact caching goes on
             log.warning("semantic caching is off: %s", exc)
             return
-        await asyncio.to_thread(index.restore, await self.store.prompts(time.time()))
+        prompts = await self.store.prompts(time.time())
+        await asyncio.to_thread(index.restore, [p for p in prompts if p.vector])
+        self._hold([Unembedded(p.ref, p.scope, p.text) for p in prompts if not p.vector and p.ref not in index])
         from firsttoken.cache.encoder import Encoder, InlineEncoder
 
         self.encoder = (InlineEncoder(index.vectors) if getattr(index.embedder, "inline", False)
-                        else Encoder(index.vectors, self.settings.semantic_wait_ms / 1000))
+                        else Encoder(index.vectors, max(self.settings.semantic_wait_ms / 1000, RACE_LIMIT_S)))
         self.semantic = index
         follow = getattr(self.store, "follow", None)
         if follow is not None:
             self._following = asyncio.get_running_loop().create_task(self._follow(index, follow()))
 
-    @staticmethod
-    async def _follow(index: SemanticIndex, prompts: AsyncIterator[PromptRecord]) -> None:
+    async def _follow(self, index: SemanticIndex, prompts: AsyncIterator[PromptRecord]) -> None:
         async for prompt in prompts:
-            if prompt.ref not in index:  # this gateway's own are in already
+            if prompt.ref in index:  # this gateway's own are in already
+                continue
+            if prompt.vector:  # embedded by whichever gateway looked it up first
+                self.unembedded.discard(prompt.ref)
                 index.restore([prompt])
+            else:
+                self.unembedded.add(Unembedded(prompt.ref, prompt.scope, prompt.text))
 
     def _load_semantic(self) -> SemanticIndex:
         from firsttoken.cache.embed import load_embedder
@@ -123,8 +144,9 @@ class EdgeCache:
         if keys.scope is not None and keys.text is not None and self.semantic is not None:
             # The embedding model is part of the scope: vectors of two models never meet, in a store they share.
             lookup.prompt = Prompt(f"{self.settings.embedding}:{keys.scope}", keys.text)
-            if hit is None and read:
-                await self._semantic(lookup, lookup.prompt)
+            scope = lookup.prompt.scope
+            if hit is None and read and (self.semantic.holds(scope) or self.unembedded.holds(scope)):
+                await self._look(lookup, lookup.prompt)
         return lookup
 
     def _keys(self, owner: str, targets: Sequence[str], body: dict[str, Any], keyed: dict[str, Any] | None) -> Keys:
@@ -141,18 +163,39 @@ class EdgeCache:
         scoped = request_keys(owner, targets, {**body, "format": keyed.get("format")})
         return Keys(exact_key(owner, targets, keyed), scoped.scope, scoped.text)
 
+    async def _look(self, lookup: Lookup, prompt: Prompt) -> None:
+        """The semantic lookup, for as long as its head start; then, still running, it races the upstream."""
+        self.races.earn()
+        looking = asyncio.ensure_future(self._semantic(lookup, prompt))
+        if not looking.done():
+            await asyncio.wait((looking,), timeout=self.settings.semantic_wait_ms / 1000)
+        if not looking.done():
+            lookup.racing = looking
+
     async def _semantic(self, lookup: Lookup, prompt: Prompt) -> None:
-        """A paraphrase's stored answer, when the guards agree. The prompt is embedded only where a stored one
-        could match it: a context nobody has had before (the scope holds no prompt) costs no embedding."""
+        """A paraphrase's stored answer, when the guards agree. The prompts kept in this scope without a vector
+        are embedded in the same model call as this one's. Never raises: a broken lookup is a miss."""
         assert self.semantic is not None and self.encoder is not None
-        embedding = self._embedding.get(prompt.scope)
-        if embedding:  # prompts of this scope kept a moment ago, still being embedded: they may be the match
-            await asyncio.wait(embedding, timeout=self.settings.semantic_wait_ms / 1000)
-        if not self.semantic.holds(prompt.scope):
+        stored = self.unembedded.take(prompt.scope)
+        try:
+            vectors = await self.encoder.encode([prompt.text, *(p.text for p in stored)])
+        except asyncio.CancelledError:
+            self._hold(stored)
+            raise
+        except Exception:  # the model failed: the prompts wait for the next lookup, this request goes upstream
+            log.exception("the embedding model failed")
+            self._hold(stored)
             return
-        prompt.vector = await self.encoder.encode(prompt.text)
-        if prompt.vector is None:  # the encoder is too far behind: a miss now beats a hit later (counted)
+        if vectors is None:  # the encoder is too far behind: a miss now beats a hit later (counted)
+            self._hold(stored)
             return
+        now = time.time()
+        for waiting, vector in zip(stored, vectors[1:], strict=True):
+            answer = await self.store.get(waiting.key, now)
+            if answer is not None:  # not purged, evicted or expired meanwhile
+                self._index(waiting.key, answer, waiting.scope, waiting.text, vector)
+        self.embedded_stored += len(stored)
+        prompt.vector = vectors[0]
         found = self.semantic.find(prompt.scope, prompt.text, prompt.vector).match
         if found is None:
             return
@@ -161,6 +204,27 @@ class EdgeCache:
             self.semantic.remove(found.ref)
             return
         lookup.hit, lookup.hit_key, lookup.similarity = entry, found.ref, found.similarity
+
+    def _hold(self, prompts: list[Unembedded]) -> None:
+        for waiting in prompts:
+            self.unembedded.add(waiting)
+
+    def won_race(self, lookup: Lookup) -> bool:
+        """Whether the racing lookup's hit answers the request, its upstream request cancelled: only within the
+        race budget. Called when the lookup ends before the upstream's first byte."""
+        if lookup.hit is None:
+            self.raced["missed"] += 1
+            return False
+        if not self.races.spend():
+            self.raced["over_budget"] += 1
+            lookup.hit = lookup.hit_key = lookup.similarity = None
+            return False
+        self.raced["won"] += 1
+        return True
+
+    def lost_race(self, lookup: Lookup) -> None:
+        """The upstream's first byte came first: the lookup goes on (its vectors are kept for the next one)."""
+        self.raced["lost"] += 1
 
     async def replay(self, lookup: Lookup, stream: bool, include_usage: bool) -> bytes | None:
         """The hit in the shape asked for; None when it cannot be replayed: then it is dropped (the request
@@ -199,33 +263,18 @@ class EdgeCache:
             self.store.put(lookup.key, entry)
             return
         if prompt.vector is not None:
-            self._index(lookup.key, entry, prompt, prompt.vector)
+            self._index(lookup.key, entry, prompt.scope, prompt.text, prompt.vector)
             return
-        embedding = self.encoder.later(prompt.text)  # its request did not need the vector: now, off its path
-        if embedding is not None and embedding.done():  # computed at once (a static embedding)
-            self._index(lookup.key, entry, prompt, embedding.result())
-            return
-        self.store.put(lookup.key, entry)  # for exact hits meanwhile
-        if embedding is None:  # too many waiting to be embedded: kept for exact hits only (counted)
-            return
-        waiting = self._embedding.setdefault(prompt.scope, set())
-        waiting.add(embedding)
-        embedding.add_done_callback(lambda done: self._embedded(lookup.key, entry, prompt, done))
+        # Kept without a vector (in the store too: after a restart, and by every gateway sharing it, the
+        # prompt is known), embedded when a lookup in its context first needs it.
+        self.store.put(lookup.key, entry, PromptRecord(lookup.key, prompt.scope, prompt.text, b"", entry.expires))
+        self.unembedded.add(Unembedded(lookup.key, prompt.scope, prompt.text))
 
-    def _embedded(self, key: str, entry: Entry, prompt: Prompt, done: asyncio.Future[Any]) -> None:
-        waiting = self._embedding.get(prompt.scope)
-        if waiting is not None:
-            waiting.discard(done)
-            if not waiting:
-                del self._embedding[prompt.scope]
-        if not done.cancelled() and done.exception() is None:
-            self._index(key, entry, prompt, done.result())
-
-    def _index(self, key: str, entry: Entry, prompt: Prompt, vector: Any) -> None:
+    def _index(self, key: str, entry: Entry, scope: str, text: str, vector: Any) -> None:
         """The answer stored with its prompt, which the semantic index now knows."""
         assert self.semantic is not None
-        self.semantic.add(prompt.scope, prompt.text, key, vector)
-        record = PromptRecord(key, prompt.scope, prompt.text, vector.tobytes(), entry.expires)  # float32 (vectors())
+        self.semantic.add(scope, text, key, vector)
+        record = PromptRecord(key, scope, text, vector.tobytes(), entry.expires)  # float32 (SemanticIndex.vectors)
         self.store.put(key, entry, record)
 
     async def close(self) -> None:

@@ -31,5 +31,5 @@ class PromptRecord:
     ref: str  # the exact key its answer is stored under
     scope: str
     text: str
-    vector: bytes  # float32, unit length
+    vector: bytes  # float32, unit length; empty until a lookup in its scope needed it (unembedded.py)
     expires: float  # unix time: its answer's

@@ -1,12 +1,13 @@
 """The edge cache's own counters for GET /metrics, read when asked: answers it would not keep, by why,
-stored answers it dropped because they could not be replayed, and what the embedding worker did (batches,
-prompts, lookups skipped because it was too far behind)."""
+stored answers it dropped because they could not be replayed, what the embedding worker did (batches,
+prompts, lookups skipped because it was too far behind), and how the lookups that raced the upstream
+ended."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from firsttoken.cache.edge import EdgeCache
@@ -34,13 +35,19 @@ class CacheCollector(Collector):
             batches = CounterMetricFamily("firsttoken_semantic_encoder_batches", "Model calls of the embedding "
                                           "worker; prompts embedded, over this, is the mean batch.")
             batches.add_metric([], encoder.batches)
-            encoded = CounterMetricFamily("firsttoken_semantic_prompts_embedded", "Prompts embedded: for a "
-                                          "lookup (on the request's path), or after an answer was kept.",
-                                          labels=["when"])
-            encoded.add_metric(["lookup"], encoder.for_lookups)
-            encoded.add_metric(["after_answer"], encoder.encoded - encoder.for_lookups)
-            dropped_later = CounterMetricFamily("firsttoken_semantic_prompts_not_embedded", "Kept answers whose "
-                                                "prompts were not embedded (exact hits only): too many waited, or "
-                                                "no lookup could wait for one that long.")
-            dropped_later.add_metric([], encoder.dropped)
-            yield from (skipped, batches, encoded, dropped_later)
+            cache = self.cache
+            encoded = CounterMetricFamily("firsttoken_semantic_prompts_embedded", "Prompts embedded: a request's "
+                                          "own, for its lookup; or a kept one, when a later lookup in its context "
+                                          "needed it.", labels=["whose"])
+            encoded.add_metric(["request"], encoder.encoded - cache.embedded_stored)
+            encoded.add_metric(["kept"], cache.embedded_stored)
+            waiting = GaugeMetricFamily("firsttoken_semantic_prompts_unembedded", "Kept prompts not embedded: "
+                                        "nothing else has been asked in their context.")
+            waiting.add_metric([], len(cache.unembedded))
+            races = CounterMetricFamily("firsttoken_semantic_races", "Semantic lookups still running when their "
+                                        "request left, by how they ended: won (the hit answered, the upstream "
+                                        "request cancelled), lost (the upstream answered first), missed, "
+                                        "over_budget.", labels=["ended"])
+            for ended in ("won", "lost", "missed", "over_budget"):
+                races.add_metric([ended], cache.raced[ended])
+            yield from (skipped, batches, encoded, waiting, races)

@@ -30,7 +30,7 @@ class Timeline:
                  "cache_write_1h_tokens", "reasoning_tokens", "prompt_estimate", "reused_tokens", "sized_from",
                  "sharing", "pricing", "cost", "budget_hold",
                  "route", "upstream", "attempts", "client_rtt", "upstream_rtt", "upstream_timing", "declared",
-                 "floor_ms", "handshake", "cache", "similarity", "hedge", "error_code", "error")
+                 "floor_ms", "handshake", "cache", "similarity", "hedge", "raced", "error_code", "error")
 
     def __init__(self, request_id: str = "") -> None:
         self.received = perf_counter()
@@ -77,6 +77,7 @@ class Timeline:
         self.declared = _NOTHING_DECLARED  # …and read: phase → ms
         self.floor_ms: float | None = None  # the physics floor to the route's upstream, when both ends are known
         self.hedge = b""  # when a second target raced the first: "; hedge-of=<the first>" or "; hedged-by=<the second>"
+        self.raced = ""  # a semantic hit found after the request left: the route of the upstream request it cancelled
         # How the request failed, when it did: an error answered, or a stream that broke or was cut after
         # its 200 went out. The message is what the client was told (no credentials: those are removed first).
         self.error_code = ""

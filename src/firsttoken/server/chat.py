@@ -9,6 +9,7 @@ own request (ChatRequest.build)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from time import perf_counter
@@ -140,10 +141,45 @@ class Generation:
         reply.timeline.cache = CacheOutcome.MISS
         flight = self.flights.lead(lookup.key, reply.timeline)
         reply.capture = flight
+        keep = self._keeper(lookup, reply.timeline, flight)
         try:
-            await self._forward(request, reply, self._keeper(lookup, reply.timeline, flight))
+            if lookup.racing is None:
+                await self._forward(request, reply, keep)
+            else:
+                await self._race(request, reply, lookup, flight, keep)
         finally:
             self.flights.land(lookup.key, flight)
+
+    async def _race(self, request: ChatRequest, reply: Reply, lookup: Lookup, flight: Flight, keep: Keep) -> None:
+        """The request went upstream with its semantic lookup still running. A hit found before anything of
+        the upstream's answer has reached the client answers it (and the requests following it), and the
+        upstream request is cancelled: its connection closes, so the provider stops generating; what it may
+        bill for the prompt is counted (Timeline.raced)."""
+        assert self.cache is not None and lookup.racing is not None
+        forwarding = asyncio.ensure_future(self._forward(request, reply, keep))
+        try:
+            await asyncio.wait((lookup.racing, forwarding), return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            forwarding.cancel()
+            raise
+        if forwarding.done() or reply.started:  # the upstream's answer came first (or a heartbeat went out)
+            self.cache.lost_race(lookup)
+            await forwarding
+            return
+        if not self.cache.won_race(lookup):
+            await forwarding
+            return
+        assert lookup.hit is not None
+        forwarding.cancel()  # before it can write: nothing of it has reached the client
+        await asyncio.gather(forwarding, return_exceptions=True)
+        timeline = reply.timeline
+        timeline.raced = timeline.route or request.targets[0].label
+        timeline.hedge = b"; raced=" + timeline.raced.encode()
+        reply.capture = None
+        flight.finish(lookup.hit.kind, lookup.hit.body)
+        if not await self._replay(request, reply, lookup):  # dropped: the request goes upstream after all
+            timeline.raced, timeline.hedge = "", b""
+            await self._forward(request, reply, keep)
 
     async def _lookup(self, request: ChatRequest, timeline: Timeline) -> Lookup | None:
         """What the cache has for this request; None when it neither reads nor writes the cache."""

@@ -6,7 +6,8 @@ GPU-hour (a self-hosted target, the simulated region included): a request then p
 the GPUs' time while it held them, the seconds it took divided among the requests in flight on that
 target when it was sent. Idle GPU-hours are nobody's request and are not charged to any key.
 
-Savings: a cache hit or a joined request did not go upstream, so it saved what its answer cost when it
+Savings: a cache hit or a joined request did not go upstream (a semantic hit found after its request left
+cancelled that request, whose prompt it still counts as spent), so it saved what its answer cost when it
 did (the answer's own usage at its route's price) and the seconds the route takes to give it (its
 measured time to a first token and decode rate, spend/speeds.py), less what the replay took. A request
 sized down saved the difference between its tokens at the unsized route's price and at its own.
@@ -177,8 +178,9 @@ class Pricing:
     def _reused(self, timeline: Timeline) -> Cost:
         tokens = timeline.reused_tokens
         saved_by = "joined" if timeline.cache is CacheOutcome.JOINED else "cache"
+        spent, spent_usd = self._cancelled(timeline)
         if tokens is None:  # an answer without usage: nothing to count
-            return Cost(None, False, 0.0, saved_by)
+            return Cost(spent, spent is not None, spent_usd, saved_by)
         expected = self.speeds.seconds(timeline.route, tokens.output)
         rate = self.rate(timeline.route)
         if isinstance(rate, GpuRate):  # the GPU time it would have held, alone on its replica
@@ -186,7 +188,19 @@ class Pricing:
         else:
             saved_usd = rate.usd(tokens) if rate is not None else 0.0
         saved_s = None if expected is None else max(expected - _seconds(timeline), 0.0)
-        return Cost(None, False, 0.0, saved_by, tokens.total, saved_usd, saved_s)
+        return Cost(spent, spent is not None, spent_usd, saved_by, tokens.total, saved_usd, saved_s)
+
+    def _cancelled(self, timeline: Timeline) -> tuple[Tokens | None, float]:
+        """What the upstream request that a semantic hit cancelled may cost (Timeline.raced): its prompt, as
+        estimated, at its route's input price, as if the provider billed all of it (it stopped before its
+        first token, so no output). Nothing when the hit was found before the request left."""
+        if not (timeline.raced and timeline.sent):
+            return None, 0.0
+        tokens = Tokens(timeline.prompt_estimate, 0)
+        rate = self.rate(timeline.raced)
+        if isinstance(rate, GpuRate):  # the GPU time it held until it was cancelled
+            return tokens, rate.usd(max((timeline.last_byte or perf_counter()) - timeline.sent, 0.0), timeline.sharing)
+        return tokens, rate.usd(tokens) if rate is not None else 0.0
 
     @staticmethod
     def _usd(rate: Rate | None, tokens: Tokens, timeline: Timeline) -> float | None:

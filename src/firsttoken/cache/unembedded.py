@@ -1,0 +1,65 @@
+"""Prompts whose answers are kept but that were never embedded: nobody has yet asked anything else in
+their context.
+
+Most contexts are asked once (an agent's every turn carries a new history), so a prompt's vector is
+computed only when a second request in its context looks it up, in the same model call as that
+request's own. Until then a prompt costs its text here, in memory, bounded (the oldest go first; their
+answers stay in the store for exact hits), and a record without a vector in the store, so that a
+restarted gateway, and every gateway sharing the store, knows it too. The answer is read back from the
+store when the prompt is embedded: one purged or evicted meanwhile stays gone.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+MAX_CHARS = 32 * 1024 * 1024  # of texts held, in all
+
+
+@dataclass(frozen=True, slots=True)
+class Unembedded:
+    key: str  # the answer's exact key
+    scope: str
+    text: str
+
+
+class UnembeddedPrompts:
+    def __init__(self, max_chars: int = MAX_CHARS) -> None:
+        self.max_chars = max_chars
+        self._prompts: OrderedDict[str, Unembedded] = OrderedDict()  # oldest first
+        self._scopes: dict[str, set[str]] = {}  # scope → its prompts' keys
+        self._chars = 0
+        self.dropped = 0  # forgotten to stay within the bound
+
+    def __len__(self) -> int:
+        return len(self._prompts)
+
+    def holds(self, scope: str) -> bool:
+        return scope in self._scopes
+
+    def add(self, prompt: Unembedded) -> None:
+        self.discard(prompt.key)
+        self._prompts[prompt.key] = prompt
+        self._scopes.setdefault(prompt.scope, set()).add(prompt.key)
+        self._chars += len(prompt.text)
+        while self._chars > self.max_chars and self._prompts:
+            self.discard(next(iter(self._prompts)))
+            self.dropped += 1
+
+    def take(self, scope: str) -> list[Unembedded]:
+        """The scope's prompts, no longer held here (given back with `add` if they could not be embedded)."""
+        return [self._pop(key) for key in list(self._scopes.get(scope, ()))]
+
+    def discard(self, key: str) -> None:
+        if key in self._prompts:
+            self._pop(key)
+
+    def _pop(self, key: str) -> Unembedded:
+        prompt = self._prompts.pop(key)
+        keys = self._scopes[prompt.scope]
+        keys.discard(key)
+        if not keys:
+            del self._scopes[prompt.scope]
+        self._chars -= len(prompt.text)
+        return prompt
