@@ -1,20 +1,24 @@
 """What the gateway's own phase costs a request it cannot answer from the edge cache, by prompt length: the
 same misses through a gateway with the cache off, with the exact cache only, and with the cache as shipped
-(exact and semantic), against a minimal fast upstream (nginx, one static answer), in one run.
+(exact and semantic), against an upstream that answers one static answer after --upstream-ms (150: Lagos to
+Virginia, bench/far_upstream.py; 0: nginx, at once), in one run.
 
     .venv/bin/python bench/gateway_phase.py [--requests 60] [--concurrency 1,32] [--caches off,exact,shipped,static]
+                                            [--upstream-ms 150]
 
 Every default it depends on: the gateway's `cache:` is the variable (`false`; `{semantic: false}`; `{}`, the
-shipped default: exact and semantic with MiniLM int8 on one worker thread, `semantic_wait_ms` 15, so that a
-lookup waits at most that for its vector and one whose embedding would take longer goes upstream without
-it; and `static`: the shipped static embedding, computed on the event loop, at similarity 0.80), one
-worker, the client in this process (asyncio + httpx) sharing the machine's cores with the gateway. The
-figures are the gateway's own `Server-Timing` (`gateway;dur`, of which `cache;dur`): from the request's arrival to its
+shipped default: exact and semantic with MiniLM int8 on one worker thread, `semantic_wait_ms` 0 (the
+lookup's head start, after which the request leaves and the lookup races the upstream), `race_budget` 0.1;
+and `static`: the shipped static embedding, computed on the event loop, at similarity 0.80), one worker,
+the client in this process (asyncio + httpx) sharing the machine's cores with the gateway. The figures are
+the requests a second the client saw (with --upstream-ms 0, what one worker can relay) and
+the gateway's own `Server-Timing` (`gateway;dur`, of which `cache;dur`): from the request's arrival to its
 leaving for the upstream. Every request is a miss: its last user message is words drawn at random (from
 the embedding model's own vocabulary, so that each is one token or two) and never asked before, in one
 conversation's context, so that the semantic index has prompts of that scope to search. Agent turns are a
 conversation of 20 tools and past turns, 13 KB to 1 MB, ending with a 40-word user message. After the
-misses, one of them is asked again at c = 1 (an exact hit) and again with a word added (a paraphrase).
+misses, one of them is asked again at c = 1 (an exact hit) and again with a word added (a paraphrase:
+served when its lookup, racing the upstream, ends first).
 A benchmark, run by hand; CI never runs it.
 """
 
@@ -46,6 +50,7 @@ CACHES: dict[str, object] = {"off": False, "exact": {"semantic": False}, "shippe
 WORDS = (10, 150, 600, 2000)
 AGENT_KB = (13, 212, 1024)
 SYSTEM = "You are a helpful assistant."
+ADMIN_KEY = "bench-admin-key-0001"  # /metrics, for the semantic cache's counts
 
 
 def vocabulary() -> list[str]:
@@ -112,12 +117,15 @@ async def measure(url: str, context: list[dict], tools: list[dict] | None, count
             for body in queue:
                 seen.append(await ask(client, body))
 
+        started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
+        throughput = len(seen) / (time.perf_counter() - started)
         again = await ask(client, bodies[0])
         first = bodies[0]["messages"][-1]["content"]
         paraphrase = await ask(client, chat([*context, {"role": "user", "content": "Please: " + first}], tools))
     gateway, cache = [s[0] for s in seen], [s[1] for s in seen]
     return {"outcomes": sorted({s[2] for s in seen}), "gateway": quantiles(gateway), "cache": quantiles(cache),
+            "throughput": throughput,
             "exact hit": again, "paraphrase": paraphrase}
 
 
@@ -132,18 +140,27 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=60, help="misses per cell (default 60)")
     parser.add_argument("--concurrency", default="1,32", help="comma-separated (default 1,32)")
     parser.add_argument("--caches", default=",".join(CACHES), help=f"comma-separated (default {','.join(CACHES)})")
+    parser.add_argument("--upstream-ms", type=float, default=150.0, help="the upstream's first byte (default 150)")
     args = parser.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
     words = vocabulary()
     gateway_overhead.WORK.mkdir(parents=True, exist_ok=True)
-    print(f"# {platform.node()}, {platform.python_version()}, {args.requests} misses a cell, c = {levels}")
-    print("| cache | prompt | c | gateway p50 | gateway p99 | cache p50 | cache p99 | outcomes |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(f"# {platform.node()}, {platform.python_version()}, {args.requests} misses a cell, c = {levels}, "
+          f"upstream's first byte {args.upstream_ms:g} ms")
+    print("| cache | prompt | c | gateway p50 | gateway p99 | cache p50 | cache p99 | requests/s | outcomes |")
+    print("|---|---|---|---|---|---|---|---|---|")
     hits: list[str] = []
+    semantic: dict[str, str] = {}
     with ExitStack() as stack:
         upstream = fixtures.free_port()
-        stack.enter_context(gateway_overhead.nginx(
-            fixtures.upstream_nginx_conf(str(gateway_overhead.WORK), upstream), "phase-upstream"))
+        if args.upstream_ms > 0:
+            stack.enter_context(gateway_overhead.process(
+                [sys.executable, str(Path(__file__).parent / "far_upstream.py"), "--port", str(upstream),
+                 "--first-byte-ms", str(args.upstream_ms)], gateway_overhead.WORK / "far-upstream.log"))
+            fixtures.wait_for(f"http://127.0.0.1:{upstream}/json/v1/models")
+        else:
+            stack.enter_context(gateway_overhead.nginx(
+                fixtures.upstream_nginx_conf(str(gateway_overhead.WORK), upstream), "phase-upstream"))
         for name in args.caches.split(","):
             cache = CACHES[name]
             if isinstance(cache, dict):  # a file of its own, new each run: every request must be a miss
@@ -151,7 +168,8 @@ def main() -> None:
                 for old in gateway_overhead.WORK.glob(f"{path.name}*"):
                     old.unlink()
                 cache = {**cache, "path": str(path)}
-            with gateway_overhead.firsttoken_process(upstream, 1, extra={"cache": cache}) as (url, _):
+            with gateway_overhead.firsttoken_process(upstream, 1, extra={"cache": cache, "admin_key": ADMIN_KEY}
+                                                     ) as (url, _):
                 rng = random.Random(11)
                 for shape, context, tools, count in shapes(words):
                     for concurrency in levels:
@@ -159,14 +177,26 @@ def main() -> None:
                                                    words))
                         (g50, g99), (c50, c99) = cell["gateway"], cell["cache"]  # type: ignore[misc]
                         print(f"| {name} | {shape} | {concurrency} | {g50:.2f} | {g99:.2f} | {c50:.2f} | {c99:.2f} "
-                              f"| {', '.join(cell['outcomes'])} |", flush=True)  # type: ignore[arg-type]
+                              f"| {cell['throughput']:.0f} | {', '.join(cell['outcomes'])} |",  # type: ignore[arg-type]
+                              flush=True)
                         if concurrency == levels[0] and name != "off":
                             for what in ("exact hit", "paraphrase"):
                                 _, c, outcome, took = cell[what]  # type: ignore[misc]
                                 hits.append(f"| {name} | {shape} | {what} | {outcome} | {c:.2f} | {took:.2f} |")
+                semantic[name] = semantic_counts(url)
     print("\n| cache | prompt | asked again | answered | cache (ms) | whole answer at the client (ms) |\n"
           "|---|---|---|---|---|---|")
     print("\n".join(hits))
+    print("\nThe semantic cache's own counts over each gateway's run (its /metrics):")
+    for name, counts in semantic.items():
+        print(f"- {name}: {counts or 'none'}")
+
+
+def semantic_counts(url: str) -> str:
+    """The semantic lookups' counters (lookups skipped, prompts embedded, races by how they ended)."""
+    scrape = httpx.get(url + "/metrics", headers={"authorization": f"Bearer {ADMIN_KEY}"}).text
+    return ", ".join(line.removeprefix("firsttoken_semantic_") for line in scrape.splitlines()
+                     if line.startswith("firsttoken_semantic_"))
 
 
 if __name__ == "__main__":

@@ -186,8 +186,9 @@ class Cache(_Strict):
     embedding: str = Field("all-MiniLM-L6-v2", description="the local embedding model: all-MiniLM-L6-v2, "
                            "wordllama-l2-supercat (static: microseconds), a directory with model.onnx and "
                            "tokenizer.json, or python:module:factory")
-    semantic_wait_ms: float = Field(1, ge=0, description="the semantic lookup's head start: how long a request "
-                                    "waits for it before leaving; still running, it races the upstream")
+    semantic_wait_ms: float = Field(0, ge=0, description="the semantic lookup's head start: how long a request "
+                                    "waits for it before leaving (0: it leaves at once); still running, the "
+                                    "lookup races the upstream")
     race_budget: float = Field(0.1, ge=0, le=1, description="upstream requests that a semantic hit found after "
                                "they left may cancel, per lookup, on average (a hit beyond it is not served)")
     max_prompts: int = Field(100_000, ge=1, description="prompts the semantic index keeps; the oldest go first")

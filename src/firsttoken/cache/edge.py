@@ -25,10 +25,11 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from firsttoken.cache.encoder import Encoder, InlineEncoder
 from firsttoken.cache.entry import Entry, Kind, PromptRecord
 from firsttoken.cache.key import Keys, exact_key, request_keys
 from firsttoken.cache.redis_store import RedisStore
@@ -40,7 +41,6 @@ from firsttoken.errors import bad_request
 from firsttoken.routing.budget import Budget
 
 if TYPE_CHECKING:  # loaded only when semantic caching is on (onnxruntime takes a moment to import)
-    from firsttoken.cache.encoder import Encoder, InlineEncoder
     from firsttoken.cache.semantic import SemanticIndex
 
 log = logging.getLogger("firsttoken.cache")
@@ -48,6 +48,7 @@ log = logging.getLogger("firsttoken.cache")
 _OPT = b"x-firsttoken-cache"
 # The longest a racing lookup may take: a hit found later than an upstream's first byte answers nothing.
 RACE_LIMIT_S = 2.0
+STORED_PER_LOOKUP = 16  # kept prompts a lookup embeds with its own, at most (unembedded.py)
 
 
 @dataclass(slots=True)
@@ -63,7 +64,9 @@ class Lookup:
     ttl: float
     similarity: float | None = None  # a semantic hit's
     prompt: Prompt | None = None  # the request's last user message, when semantic caching is on
-    racing: asyncio.Task[None] | None = None  # the semantic lookup, still running when the request left
+    # The semantic lookup, to race the upstream: started once the request is on its way (or still running
+    # after its head start). None when it was decided before the request left, or never ran.
+    racing: Callable[[], Awaitable[None]] | None = None
 
 
 @dataclass(slots=True)
@@ -81,7 +84,9 @@ class EdgeCache:
         self.encoder: Encoder | InlineEncoder | None = None
         self._following: asyncio.Task[None] | None = None
         self.unembedded = UnembeddedPrompts()
-        self.races = Budget(settings.race_budget, reserve=5.0, full=False)  # earned per lookup, spent per win
+        # Earned per lookup, spent per win; full at start: a win saves its answer's whole cost for its prompt's,
+        # so the budget is against a flood of cancellations, not against the first requests' hits.
+        self.races = Budget(settings.race_budget, reserve=5.0, full=True)
         self.not_kept: Counter[str] = Counter()  # answers not kept, by why (incomplete, marked no-store)
         self.dropped = 0  # stored answers that could not be replayed
         self.embedded_stored = 0  # kept prompts embedded when a later lookup in their context needed them
@@ -100,8 +105,6 @@ class EdgeCache:
         prompts = await self.store.prompts(time.time())
         await asyncio.to_thread(index.restore, [p for p in prompts if p.vector])
         self._hold([Unembedded(p.ref, p.scope, p.text) for p in prompts if not p.vector and p.ref not in index])
-        from firsttoken.cache.encoder import Encoder, InlineEncoder
-
         self.encoder = (InlineEncoder(index.vectors) if getattr(index.embedder, "inline", False)
                         else Encoder(index.vectors, max(self.settings.semantic_wait_ms / 1000, RACE_LIMIT_S)))
         self.semantic = index
@@ -166,17 +169,22 @@ class EdgeCache:
     async def _look(self, lookup: Lookup, prompt: Prompt) -> None:
         """The semantic lookup, for as long as its head start; then, still running, it races the upstream."""
         self.races.earn()
+        assert self.encoder is not None
+        head_start = self.settings.semantic_wait_ms / 1000
+        if head_start <= 0 and not isinstance(self.encoder, InlineEncoder):
+            lookup.racing = lambda: self._semantic(lookup, prompt)
+            return
         looking = asyncio.ensure_future(self._semantic(lookup, prompt))
         if not looking.done():
-            await asyncio.wait((looking,), timeout=self.settings.semantic_wait_ms / 1000)
+            await asyncio.wait((looking,), timeout=head_start)
         if not looking.done():
-            lookup.racing = looking
+            lookup.racing = lambda: looking
 
     async def _semantic(self, lookup: Lookup, prompt: Prompt) -> None:
         """A paraphrase's stored answer, when the guards agree. The prompts kept in this scope without a vector
         are embedded in the same model call as this one's. Never raises: a broken lookup is a miss."""
         assert self.semantic is not None and self.encoder is not None
-        stored = self.unembedded.take(prompt.scope)
+        stored = self.unembedded.take(prompt.scope, STORED_PER_LOOKUP)
         try:
             vectors = await self.encoder.encode([prompt.text, *(p.text for p in stored)])
         except asyncio.CancelledError:
@@ -196,6 +204,11 @@ class EdgeCache:
                 self._index(waiting.key, answer, waiting.scope, waiting.text, vector)
         self.embedded_stored += len(stored)
         prompt.vector = vectors[0]
+        if lookup.key in self.unembedded:  # its answer was kept while the lookup ran (it lost its race)
+            self.unembedded.discard(lookup.key)
+            answer = await self.store.get(lookup.key, now)
+            if answer is not None:
+                self._index(lookup.key, answer, prompt.scope, prompt.text, prompt.vector)
         found = self.semantic.find(prompt.scope, prompt.text, prompt.vector).match
         if found is None:
             return

@@ -441,16 +441,23 @@ def _as_written(text: str) -> str:
     return _plain(text)
 
 
+_ASCII_LETTER = re.compile(r"[A-Za-z]")
+_NOT_ASCII = re.compile(r"[^\x00-\x7f]")
+
+
 def _is_number(word: str) -> bool:
     return word.replace(".", "", 1).isdigit() or word in SMALL
 
 
 def _script(text: str) -> str:
     """The writing system most of the letters are in (Latin, Cyrillic, Arabic, CJK…)."""
-    scripts: Counter[str] = Counter()
-    for ch in text:
+    # ASCII letters counted by a regex, only the others one by one by name: a 600-word English prompt took
+    # 3.6 ms letter by letter, most of what the guards cost it.
+    scripts: Counter[str] = Counter({"LATIN": len(_ASCII_LETTER.findall(text))})
+    for ch in _NOT_ASCII.findall(text):
         if ch.isalpha():
             scripts[unicodedata.name(ch, "UNKNOWN").split(" ")[0]] += 1
-    return scripts.most_common(1)[0][0] if scripts else ""
+    script, count = scripts.most_common(1)[0]
+    return script if count else ""
 
 

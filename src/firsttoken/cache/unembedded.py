@@ -28,12 +28,15 @@ class UnembeddedPrompts:
     def __init__(self, max_chars: int = MAX_CHARS) -> None:
         self.max_chars = max_chars
         self._prompts: OrderedDict[str, Unembedded] = OrderedDict()  # oldest first
-        self._scopes: dict[str, set[str]] = {}  # scope → its prompts' keys
+        self._scopes: dict[str, dict[str, None]] = {}  # scope → its prompts' keys, oldest first
         self._chars = 0
         self.dropped = 0  # forgotten to stay within the bound
 
     def __len__(self) -> int:
         return len(self._prompts)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._prompts
 
     def holds(self, scope: str) -> bool:
         return scope in self._scopes
@@ -41,15 +44,18 @@ class UnembeddedPrompts:
     def add(self, prompt: Unembedded) -> None:
         self.discard(prompt.key)
         self._prompts[prompt.key] = prompt
-        self._scopes.setdefault(prompt.scope, set()).add(prompt.key)
+        self._scopes.setdefault(prompt.scope, {})[prompt.key] = None
         self._chars += len(prompt.text)
         while self._chars > self.max_chars and self._prompts:
             self.discard(next(iter(self._prompts)))
             self.dropped += 1
 
-    def take(self, scope: str) -> list[Unembedded]:
-        """The scope's prompts, no longer held here (given back with `add` if they could not be embedded)."""
-        return [self._pop(key) for key in list(self._scopes.get(scope, ()))]
+    def take(self, scope: str, most: int) -> list[Unembedded]:
+        """The scope's newest prompts, no longer held here (given back with `add` if they could not be
+        embedded): at most `most`, so that a scope that piled up prompts while the model was too busy for
+        them does not make every lookup in it too long to start."""
+        keys = list(self._scopes.get(scope, ()))[-most:]
+        return [self._pop(key) for key in keys]
 
     def discard(self, key: str) -> None:
         if key in self._prompts:
@@ -58,7 +64,7 @@ class UnembeddedPrompts:
     def _pop(self, key: str) -> Unembedded:
         prompt = self._prompts.pop(key)
         keys = self._scopes[prompt.scope]
-        keys.discard(key)
+        del keys[key]
         if not keys:
             del self._scopes[prompt.scope]
         self._chars -= len(prompt.text)

@@ -158,7 +158,9 @@ class Generation:
         assert self.cache is not None and lookup.racing is not None
         forwarding = asyncio.ensure_future(self._forward(request, reply, keep))
         try:
-            await asyncio.wait((lookup.racing, forwarding), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.sleep(0)  # its first steps: the request is on its way before the lookup takes the loop
+            racing = asyncio.ensure_future(lookup.racing())
+            await asyncio.wait((racing, forwarding), return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
             forwarding.cancel()
             raise
