@@ -181,10 +181,14 @@ class EdgeCache:
             lookup.racing = lambda: looking
 
     async def _semantic(self, lookup: Lookup, prompt: Prompt) -> None:
-        """A paraphrase's stored answer, when the guards agree. The prompts kept in this scope without a vector
-        are embedded in the same model call as this one's. Never raises: a broken lookup is a miss."""
+        """A paraphrase's stored answer, when the guards agree. In a scope the index does not hold yet, the
+        prompts kept without a vector are embedded in the same model call as this one's. Never raises: a
+        broken lookup is a miss."""
         assert self.semantic is not None and self.encoder is not None
-        stored = self.unembedded.take(prompt.scope, STORED_PER_LOOKUP)
+        # A scope the index holds has had its lookups: what is still unembedded there was skipped by a busy
+        # model, and taking it along would make this lookup too slow to win its race. A scope it does not
+        # hold is new: its kept prompts are the only ones this one can match.
+        stored = [] if self.semantic.holds(prompt.scope) else self.unembedded.take(prompt.scope, STORED_PER_LOOKUP)
         try:
             vectors = await self.encoder.encode([prompt.text, *(p.text for p in stored)])
         except asyncio.CancelledError:
