@@ -35,12 +35,20 @@ from firsttoken.sim.prefix_cache import BLOCK, PrefixCache
 # A repeated question answered from the gateway's edge cache: its exact hit's time end to end, measured at
 # 0.13–0.16 ms p50 (docs/benchmarks.md), rounded up; the answer goes out whole at once, streamed or not.
 CACHE_HIT_S = 0.0005
-# A question asked before in other words: the gateway embeds it and looks it up, 4.6–4.7 ms p50 for a
-# semantic hit (bench/cache_speed.py, docs/benchmarks.md), rounded up; a miss has done the same work
-# before it goes on. Of GPTCache's 999 paraphrase pairs the cache serves 863 at its default threshold
-# (859 right, 4 wrong: bench/cache_quality.py) and misses 136.
-SEMANTIC_LOOKUP_S = 0.005
+# A question asked before in other words: the gateway embeds it and looks it up while the request is on its
+# way, and answers when it finds it first. MiniLM on one core: 4 ms and 0.3 ms a token more, up to the 256
+# it reads, and the hit's replay (bench/gateway_phase.py: a 10-word paraphrase answered in 14.5 ms, a
+# 150-word one in 63 ms). A miss waits for none of it. Of GPTCache's 999 paraphrase pairs the cache serves
+# 863 at its default threshold (859 right, 4 wrong: bench/cache_quality.py) and misses 136.
+SEMANTIC_FIXED_S = 0.006
+SEMANTIC_PER_TOKEN_S = 0.0003
+SEMANTIC_READ_TOKENS = 256
 SEMANTIC_SERVED = 863 / 999
+
+
+def semantic_hit_s(prompt_tokens: int) -> float:
+    """How long a paraphrase takes to be found and answered, by its prompt's length."""
+    return SEMANTIC_FIXED_S + SEMANTIC_PER_TOKEN_S * min(prompt_tokens, SEMANTIC_READ_TOKENS)
 
 
 @dataclass
@@ -200,16 +208,16 @@ def _slow_start(journeys: list[Journey], bytes_per_token: float, gateway: Gatewa
 
 def _through_gateway(journeys: list[Journey], gateway: Gateway, far: Route) -> None:
     """What a gateway does to each journey: answers it from its edge cache (an exact repeat, or a paraphrase
-    its semantic cache finds), or spends its own time on it (the paraphrase lookup that missed, forwarding)
-    and sends it on the long way, a data centre to a data centre: no last mile there."""
+    its semantic cache finds), or forwards it and sends it on the long way, a data centre to a data centre:
+    no last mile there. A miss does not wait for the semantic lookup: it races the upstream."""
     forwarding = serving.stack(serving.GATEWAY)
     for journey in journeys:
         journey.from_cache = gateway.cache and (journey.repeat or journey.recalled)
         journey.far = None if journey.from_cache else far
         if journey.from_cache:  # an exact hit is found before the semantic lookup
-            journey.gateway_s = 0.0 if journey.repeat else SEMANTIC_LOOKUP_S
+            journey.gateway_s = 0.0 if journey.repeat else semantic_hit_s(journey.prompt)
         else:
-            journey.gateway_s = forwarding.seconds(journey.prompt) + (SEMANTIC_LOOKUP_S if gateway.cache else 0.0)
+            journey.gateway_s = forwarding.seconds(journey.prompt)
 
 
 class _Replica:
