@@ -11,6 +11,10 @@ the N streams over --ramp-s and measures TTFT and every token's delivery latency
 more the proxy runs on CPU 0 and the upstream and the client on CPU 1. Each proxy is started afresh for
 each N, warmed with a few short streams, and measured over one phase bounded by ramp + T/R + --slack-s.
 
+Every default it depends on: firsttoken's edge cache off (`cache: false`: every stream is a different
+request, and the bench measures the relay, not a lookup; with the cache on, each stream would also be
+captured to be kept), its journey log on, one worker; nginx and LiteLLM as configured below.
+
 Reported per path and N: TTFT p50/p99 and token delivery latency p50/p99 added over the direct path, the
 proxy's CPU (its process tree, utime + stime) per SSE event relayed over the phase and its share of a core
 while every stream is open, its RSS growth per open stream (RSS with every stream open minus RSS idle just
@@ -198,6 +202,7 @@ def firsttoken_config(upstream: int, pool_max: int | None) -> dict[str, Any]:
     return {"upstreams": {"lean": {"url": f"http://127.0.0.1:{upstream}/v1", "api": "openai", "pool": pool}},
             "models": {"lean": ["lean/lean"]},
             "keys": [{"name": "bench", "key": CLIENT_KEY}],
+            "cache": False,  # the relay, as the peers are: see the docstring
             "journeys": {"log": str(WORK / "long-streams-journeys.db")}}
 
 

@@ -48,6 +48,7 @@ log = logging.getLogger("firsttoken.cache")
 _OPT = b"x-firsttoken-cache"
 # The longest a racing lookup may take: a hit found later than an upstream's first byte answers nothing.
 RACE_LIMIT_S = 2.0
+RACE_FLOOR_S = 0.05  # …but a lookup always has this long: an estimate of a near upstream is no promise
 STORED_PER_LOOKUP = 16  # kept prompts a lookup embeds with its own, at most (unembedded.py)
 
 
@@ -130,11 +131,13 @@ class EdgeCache:
         return SemanticIndex(embedder, self.settings.similarity, max_prompts=self.settings.max_prompts)
 
     async def lookup(self, headers: Sequence[tuple[bytes, bytes]], tenant: str, model: str, targets: Sequence[str],
-                     body: dict[str, Any], keyed: dict[str, Any] | None = None) -> Lookup | None:
+                     body: dict[str, Any], keyed: dict[str, Any] | None = None,
+                     first_token_s: float = RACE_LIMIT_S) -> Lookup | None:
         """None when this request neither reads nor writes the cache. `body` is the request in chat's form
         (its prompt, for the semantic cache); `keyed`, when the client spoke another format, what shapes the
         answer in that format, its name under "format" (formats/client.py): answers are not shared across
-        formats."""
+        formats. `first_token_s`: when the upstream's answer is expected to start reaching the client; a
+        semantic lookup that would end later is not started (it could not win its race)."""
         read, write, forced = _request_policy(headers)
         ttl = self.settings.models.get(model, self.settings.ttl)
         if not (read or write) or (ttl <= 0 and not forced):
@@ -149,7 +152,7 @@ class EdgeCache:
             lookup.prompt = Prompt(f"{self.settings.embedding}:{keys.scope}", keys.text)
             scope = lookup.prompt.scope
             if hit is None and read and (self.semantic.holds(scope) or self.unembedded.holds(scope)):
-                await self._look(lookup, lookup.prompt)
+                await self._look(lookup, lookup.prompt, first_token_s)
         return lookup
 
     def _keys(self, owner: str, targets: Sequence[str], body: dict[str, Any], keyed: dict[str, Any] | None) -> Keys:
@@ -166,21 +169,25 @@ class EdgeCache:
         scoped = request_keys(owner, targets, {**body, "format": keyed.get("format")})
         return Keys(exact_key(owner, targets, keyed), scoped.scope, scoped.text)
 
-    async def _look(self, lookup: Lookup, prompt: Prompt) -> None:
-        """The semantic lookup, for as long as its head start; then, still running, it races the upstream."""
+    async def _look(self, lookup: Lookup, prompt: Prompt, first_token_s: float) -> None:
+        """The semantic lookup, for as long as its head start; then, still running, it races the upstream. A
+        lookup that could end neither within its head start nor before the upstream's first token (never
+        sooner than RACE_FLOOR_S) is not started: under load, a worker busy with lookups that cannot win
+        takes the CPU the requests need."""
         self.races.earn()
         assert self.encoder is not None
         head_start = self.settings.semantic_wait_ms / 1000
+        within_s = max(head_start, min(RACE_LIMIT_S, max(RACE_FLOOR_S, first_token_s)))
         if head_start <= 0 and not isinstance(self.encoder, InlineEncoder):
-            lookup.racing = lambda: self._semantic(lookup, prompt)
+            lookup.racing = lambda: self._semantic(lookup, prompt, within_s)
             return
-        looking = asyncio.ensure_future(self._semantic(lookup, prompt))
+        looking = asyncio.ensure_future(self._semantic(lookup, prompt, within_s))
         if not looking.done():
             await asyncio.wait((looking,), timeout=head_start)
         if not looking.done():
             lookup.racing = lambda: looking
 
-    async def _semantic(self, lookup: Lookup, prompt: Prompt) -> None:
+    async def _semantic(self, lookup: Lookup, prompt: Prompt, within_s: float | None = None) -> None:
         """A paraphrase's stored answer, when the guards agree. In a scope the index does not hold yet, the
         prompts kept without a vector are embedded in the same model call as this one's. Never raises: a
         broken lookup is a miss."""
@@ -190,7 +197,7 @@ class EdgeCache:
         # hold is new: its kept prompts are the only ones this one can match.
         stored = [] if self.semantic.holds(prompt.scope) else self.unembedded.take(prompt.scope, STORED_PER_LOOKUP)
         try:
-            vectors = await self.encoder.encode([prompt.text, *(p.text for p in stored)])
+            vectors = await self.encoder.encode([prompt.text, *(p.text for p in stored)], within_s)
         except asyncio.CancelledError:
             self._hold(stored)
             raise

@@ -48,7 +48,7 @@ class InlineEncoder:
         self.skipped = 0  # never: nothing queues
         self.batches = self.encoded = 0
 
-    async def encode(self, texts: list[str]) -> np.ndarray | None:
+    async def encode(self, texts: list[str], within_s: float | None = None) -> np.ndarray | None:
         self.batches += 1
         self.encoded += len(texts)
         return self._embed(texts)
@@ -81,9 +81,11 @@ class Encoder:
             left = max(0.0, self._running * self.per_char_s - (time.monotonic() - self._started))
         return left + (self._queued + sum(_chars(t) for t in texts or ())) * self.per_char_s
 
-    async def encode(self, texts: list[str]) -> np.ndarray | None:
-        """The texts' vectors; None when they would wait longer than `max_wait_s`, or did (skipped, counted)."""
-        if self.expected_wait_s(texts) > self.max_wait_s:
+    async def encode(self, texts: list[str], within_s: float | None = None) -> np.ndarray | None:
+        """The texts' vectors; None when they would wait longer than `max_wait_s` (or `within_s`, when less),
+        or did (skipped, counted)."""
+        limit = self.max_wait_s if within_s is None else min(within_s, self.max_wait_s)
+        if self.expected_wait_s(texts) > limit:
             self.skipped += 1
             return None
         loop = asyncio.get_running_loop()
@@ -94,7 +96,7 @@ class Encoder:
         if not self._running:
             self._next()
         try:
-            vectors = await asyncio.wait_for(asyncio.shield(asyncio.gather(*futures)), self.max_wait_s)
+            vectors = await asyncio.wait_for(asyncio.shield(asyncio.gather(*futures)), limit)
         except TimeoutError:  # slower than its cost so far said: the lookup gives up
             self.skipped += 1
             return None

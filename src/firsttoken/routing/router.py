@@ -119,6 +119,11 @@ class Router:
                    hedge.median_times * median)
         return min(max(late / 1000.0, hedge.min_s), hedge.max_s)
 
+    def expected_first_token_s(self, target: Target, stream: bool) -> float:
+        """What `target`'s first token (a whole answer's, for a request that is not streamed) is expected to
+        take now: its recent mean, or its floor before any measurement (0 where its region is unknown)."""
+        return self.state(target).estimate(stream).value(self.clock()) / 1000.0
+
     def ready(self, target: Target) -> bool:
         """Whether `target` may take a request now (not open-circuited, not cooling after a 429)."""
         return self.state(target).health.available(self.clock())
