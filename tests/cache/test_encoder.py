@@ -112,3 +112,13 @@ async def test_a_prompt_whose_request_left_is_not_embedded(model) -> None:
     await asyncio.gather(first, kept)
     assert recording.batches == [["first"], ["kept"]]
     encoder.close()
+
+
+async def test_a_lookup_that_could_not_end_before_the_upstream_answers_is_not_started(model) -> None:
+    recording = Recording(model)
+    encoder = Encoder(recording, max_wait_s=10)
+    long = "How do I cook beans? " * 60  # 1 260 characters: about 80 ms, where the upstream answers in 15
+    assert await encoder.encode([long], within_s=0.015) is None
+    assert recording.batches == [] and encoder.skipped == 1
+    assert await encoder.encode([long]) is not None  # within the worker's own bound
+    encoder.close()
