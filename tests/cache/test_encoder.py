@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from firsttoken.cache.embed import load_embedder
-from firsttoken.cache.encoder import LEAST_CHARS, Encoder
+from firsttoken.cache.encoder import Encoder
 
 QUESTIONS = [f"How do I cook {food}?" for food in ("beans", "rice", "yam", "plantain", "okra", "millet")]
 
@@ -47,9 +47,9 @@ async def test_prompts_that_arrive_while_it_computes_go_as_one_batch(model) -> N
 
 async def test_a_prompt_that_would_wait_too_long_is_skipped_at_once(model) -> None:
     encoder = Encoder(Recording(model), max_wait_s=15)  # room for two prompts' turns, not three
-    # A cost per prompt (each is a few words: LEAST_CHARS) far above what a busy machine's delays can eat
-    # into while the prompts queue.
-    encoder.per_char_s = 6 / LEAST_CHARS
+    # A cost per prompt (6 s for the shortest, at most 8 for the longest) far above what a busy machine's
+    # delays can eat into while the prompts queue.
+    encoder.per_char_s = 6 / min(len(q) for q in QUESTIONS)
     results = await asyncio.gather(*(encoder.encode([q]) for q in QUESTIONS))
     assert [r is None for r in results] == [False, False] + [True] * (len(QUESTIONS) - 2)
     assert encoder.skipped == len(QUESTIONS) - 2

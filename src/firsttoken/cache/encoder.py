@@ -28,11 +28,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-# MiniLM on one core here: 4 ms for a few words, 0.3 ms a token more, up to the 256 tokens it reads (about
-# 1 200 characters of English); per character, until a batch has been timed.
+# MiniLM on one core here: 4 ms a model call, and 0.3 ms a token more, up to the 256 tokens it reads (about
+# 1 200 characters of English). The call's cost is kept as measured here; the cost per character is learned
+# from each batch (a cost per character alone, learned from short questions, had a long prompt cost twice
+# what it did, and skipped lookups that would have won).
+CALL_S = 0.004
 FIRST_GUESS_PER_CHAR_S = 0.3e-3 / 4.5
 READ_CHARS = 1200  # the most of a text a model reads: a longer one costs no more
-LEAST_CHARS = 64  # a few words cost what this many characters do (the model's fixed cost)
+LEAST_CHARS = 16  # …and a text of a word or two, no less than this many characters
 MAX_BATCH = 64
 LOWEST_PRIORITY = 19  # nice
 _LEARNING = 0.2  # how much each timed batch moves the cost per character
@@ -78,8 +81,9 @@ class Encoder:
         texts queued, and then their own."""
         left = 0.0
         if self._running:
-            left = max(0.0, self._running * self.per_char_s - (time.monotonic() - self._started))
-        return left + (self._queued + sum(_chars(t) for t in texts or ())) * self.per_char_s
+            left = max(0.0, CALL_S + self._running * self.per_char_s - (time.monotonic() - self._started))
+        own = sum(_chars(t) for t in texts or ())
+        return left + (CALL_S if self._queued or own else 0.0) + (self._queued + own) * self.per_char_s
 
     async def encode(self, texts: list[str], within_s: float | None = None) -> np.ndarray | None:
         """The texts' vectors; None when they would wait longer than `max_wait_s` (or `within_s`, when less),
@@ -120,7 +124,7 @@ class Encoder:
 
     def _finished(self, batch: list[tuple[str, asyncio.Future[np.ndarray]]], done: asyncio.Future[np.ndarray]) -> None:
         took = time.monotonic() - self._started
-        self.per_char_s += _LEARNING * (took / self._running - self.per_char_s)
+        self.per_char_s += _LEARNING * (max(took - CALL_S, 0.0) / self._running - self.per_char_s)
         self._running = 0
         self.batches += 1
         self.encoded += len(batch)
