@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from firsttoken.cache.embed import load_embedder
-from firsttoken.cache.encoder import Encoder
+from firsttoken.cache.encoder import FIRST_GUESS_PER_CHAR_S, Encoder
 
 QUESTIONS = [f"How do I cook {food}?" for food in ("beans", "rice", "yam", "plantain", "okra", "millet")]
 
@@ -60,9 +60,10 @@ async def test_a_prompt_that_would_wait_too_long_is_skipped_at_once(model) -> No
 async def test_a_prompt_too_long_for_its_bound_is_skipped_without_calling_the_model(model) -> None:
     recording = Recording(model)
     encoder = Encoder(recording, max_wait_s=0.015)
-    assert await encoder.encode(["How do I cook beans? " * 60]) is None  # 1 260 characters: about 80 ms
-    assert await encoder.encode(["How do I cook beans?"]) is not None  # a few words: about 4
-    assert recording.batches == [["How do I cook beans?"]] and encoder.skipped == 1
+    long, short = "How do I cook beans? " * 60, "How do I cook beans?"  # 1 260 characters: about 84 ms; about 5
+    assert encoder.expected_wait_s([long]) > encoder.max_wait_s >= encoder.expected_wait_s([short])
+    assert await encoder.encode([long]) is None
+    assert recording.batches == [] and encoder.skipped == 1
     encoder.close()
 
 
@@ -121,4 +122,18 @@ async def test_a_lookup_that_could_not_end_before_the_upstream_answers_is_not_st
     assert await encoder.encode([long], within_s=0.015) is None
     assert recording.batches == [] and encoder.skipped == 1
     assert await encoder.encode([long]) is not None  # within the worker's own bound
+    encoder.close()
+
+
+async def test_the_worker_is_warmed_on_its_own_thread_and_counts_nothing(model) -> None:
+    threads: list[str] = []
+
+    def noted(texts: list[str]) -> np.ndarray:
+        threads.append(threading.current_thread().name)
+        return model.embed(texts)
+
+    encoder = Encoder(noted, max_wait_s=10)
+    await encoder.warm()
+    assert threads and threads[0].startswith("firsttoken-embed")  # the thread every lookup's call runs on
+    assert (encoder.batches, encoder.encoded, encoder.per_char_s) == (0, 0, FIRST_GUESS_PER_CHAR_S)
     encoder.close()

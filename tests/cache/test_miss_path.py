@@ -9,7 +9,9 @@ cancelled and marked."""
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -25,6 +27,7 @@ from support.held_embedder import HELD
 from support.waiting import PATIENCE_S, wait_until
 
 TESTS = str(Path(__file__).resolve().parents[1])
+HOLD_S = 1.0  # how long the held upstream's first answer takes, at least
 RUN = itertools.count()
 
 
@@ -119,7 +122,15 @@ def test_the_upstream_answers_when_it_is_sooner_than_the_lookup(hasty) -> None:
 
 def test_a_hit_found_before_the_upstream_answers_cancels_the_upstream_request(hasty) -> None:
     system = conversation()
-    assert ask(hasty, "How do I cook beans?", system, model="slow")[0] == "miss"
+    # The first answer is held at least HOLD_S, so that the gateway expects this upstream to take that long:
+    # a lookup that could not end before the upstream's usual first token is not started.
+    with HELD_UPSTREAM.shut():
+        with ThreadPoolExecutor(1) as pool:
+            first = pool.submit(ask, hasty, "How do I cook beans?", system, None, "slow")
+            wait_until(lambda: HELD_UPSTREAM.waiting == 1, "the first question to reach the upstream")
+            time.sleep(HOLD_S)
+            HELD_UPSTREAM.open()
+            assert first.result(PATIENCE_S)[0] == "miss"
     with HELD_UPSTREAM.shut():  # the upstream answers nothing until the test is done
         state, route, answer = ask(hasty, "What is the way to cook beans?", system, model="slow")
     assert state.startswith("semantic-hit") and answer == HELD_TEXT

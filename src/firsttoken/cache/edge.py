@@ -106,9 +106,10 @@ class EdgeCache:
         prompts = await self.store.prompts(time.time())
         await asyncio.to_thread(index.restore, [p for p in prompts if p.vector])
         self._hold([Unembedded(p.ref, p.scope, p.text) for p in prompts if not p.vector and p.ref not in index])
-        self.encoder = (InlineEncoder(index.vectors) if getattr(index.embedder, "inline", False)
-                        else Encoder(index.vectors, max(self.settings.semantic_wait_ms / 1000, RACE_LIMIT_S)))
-        self.semantic = index
+        encoder = (InlineEncoder(index.vectors) if getattr(index.embedder, "inline", False)
+                   else Encoder(index.vectors, max(self.settings.semantic_wait_ms / 1000, RACE_LIMIT_S)))
+        await encoder.warm()  # before the gateway says it is ready
+        self.encoder, self.semantic = encoder, index
         follow = getattr(self.store, "follow", None)
         if follow is not None:
             self._following = asyncio.get_running_loop().create_task(self._follow(index, follow()))

@@ -38,6 +38,7 @@ READ_CHARS = 1200  # the most of a text a model reads: a longer one costs no mor
 LEAST_CHARS = 16  # …and a text of a word or two, no less than this many characters
 MAX_BATCH = 64
 LOWEST_PRIORITY = 19  # nice
+WARM_UP = "a first lookup, at start"
 _LEARNING = 0.2  # how much each timed batch moves the cost per character
 
 Embed = Callable[[list[str]], np.ndarray]
@@ -50,6 +51,9 @@ class InlineEncoder:
         self._embed = embed
         self.skipped = 0  # never: nothing queues
         self.batches = self.encoded = 0
+
+    async def warm(self) -> None:
+        self._embed([WARM_UP])  # the first call is slower than the next: at start, not counted
 
     async def encode(self, texts: list[str], within_s: float | None = None) -> np.ndarray | None:
         self.batches += 1
@@ -75,6 +79,11 @@ class Encoder:
         self.skipped = 0  # lookups that would have waited, or waited, too long
         self.batches = 0
         self.encoded = 0
+
+    async def warm(self) -> None:
+        """One model call on the worker before any lookup, not counted nor learned from: its thread's start
+        and ONNX Runtime's first run on it cost more than the calls after, and no request should pay them."""
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._embed, [WARM_UP])
 
     def expected_wait_s(self, texts: list[str] | None = None) -> float:
         """How long texts queued now would wait for their vectors: behind the batch being computed and the
