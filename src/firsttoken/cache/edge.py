@@ -189,9 +189,18 @@ class EdgeCache:
             lookup.racing = lambda: looking
 
     async def _semantic(self, lookup: Lookup, prompt: Prompt, within_s: float | None = None) -> None:
+        """The semantic lookup. Never raises (but when cancelled): a broken lookup is a miss."""
+        try:
+            await self._paraphrase(lookup, prompt, within_s)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a bug, a store that failed: this request goes upstream as a miss
+            log.exception("the semantic lookup failed")
+            lookup.hit = lookup.hit_key = lookup.similarity = None
+
+    async def _paraphrase(self, lookup: Lookup, prompt: Prompt, within_s: float | None) -> None:
         """A paraphrase's stored answer, when the guards agree. In a scope the index does not hold yet, the
-        prompts kept without a vector are embedded in the same model call as this one's. Never raises: a
-        broken lookup is a miss."""
+        prompts kept without a vector are embedded in the same model call as this one's."""
         assert self.semantic is not None and self.encoder is not None
         # A scope the index holds has had its lookups: what is still unembedded there was skipped by a busy
         # model, and taking it along would make this lookup too slow to win its race. A scope it does not
@@ -247,7 +256,7 @@ class EdgeCache:
         self.raced["won"] += 1
         return True
 
-    def lost_race(self, lookup: Lookup) -> None:
+    def lost_race(self) -> None:
         """The upstream's first byte came first: the lookup goes on (its vectors are kept for the next one)."""
         self.raced["lost"] += 1
 

@@ -165,7 +165,7 @@ class Generation:
             forwarding.cancel()
             raise
         if forwarding.done() or reply.started:  # the upstream's answer came first (or a heartbeat went out)
-            self.cache.lost_race(lookup)
+            self.cache.lost_race()
             await forwarding
             return
         if not self.cache.won_race(lookup):
