@@ -8,8 +8,8 @@ measured on them (docs/benchmarks.md).
 
 Any other sentence model exported to ONNX can stand in: a directory holding `model.onnx` (whose first
 output is either the token vectors or the sentence vector) and `tokenizer.json`; so can the static
-embedding (static_embed.py, the default), or any embedder written in Python, named `python:module:factory`
-(the factory is called with no arguments and returns an `Embedder`).
+embedding (static_embed.py, `wordllama-l2-supercat`), or any embedder written in Python, named
+`python:module:factory` (the factory is called with no arguments and returns an `Embedder`).
 
 Calls are meant for a worker thread: ONNX Runtime lets go of the GIL while it computes.
 """

@@ -30,7 +30,6 @@ class UnembeddedPrompts:
         self._prompts: OrderedDict[str, Unembedded] = OrderedDict()  # oldest first
         self._scopes: dict[str, dict[str, None]] = {}  # scope → its prompts' keys, oldest first
         self._chars = 0
-        self.dropped = 0  # forgotten to stay within the bound
 
     def __len__(self) -> int:
         return len(self._prompts)
@@ -46,9 +45,8 @@ class UnembeddedPrompts:
         self._prompts[prompt.key] = prompt
         self._scopes.setdefault(prompt.scope, {})[prompt.key] = None
         self._chars += len(prompt.text)
-        while self._chars > self.max_chars and self._prompts:
+        while self._chars > self.max_chars and self._prompts:  # the oldest forgotten: exact hits only
             self.discard(next(iter(self._prompts)))
-            self.dropped += 1
 
     def take(self, scope: str, most: int) -> list[Unembedded]:
         """The scope's newest prompts, no longer held here (given back with `add` if they could not be
