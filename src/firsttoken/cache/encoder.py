@@ -108,8 +108,10 @@ class Encoder:
             self._queued += _chars(text)
         if not self._running:
             self._next()
+        gathered = asyncio.gather(*futures)
+        gathered.add_done_callback(_retrieved)
         try:
-            vectors = await asyncio.wait_for(asyncio.shield(asyncio.gather(*futures)), limit)
+            vectors = await asyncio.wait_for(asyncio.shield(gathered), limit)
         except TimeoutError:  # slower than its cost so far said: the lookup gives up
             self.skipped += 1
             return None
@@ -137,11 +139,14 @@ class Encoder:
         self._running = 0
         self.batches += 1
         self.encoded += len(batch)
-        error = done.exception()
+        shut_down = done.cancelled()  # the worker was closed with the batch still queued
+        error = None if shut_down else done.exception()
         for i, (_, future) in enumerate(batch):
             if future.done():
                 continue
-            if error is not None:
+            if shut_down:
+                future.cancel()
+            elif error is not None:
                 future.set_exception(error)
             else:
                 future.set_result(done.result()[i])
@@ -149,6 +154,13 @@ class Encoder:
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _retrieved(gathered: asyncio.Future[list[np.ndarray]]) -> None:
+    """A lookup's vectors that nobody waits for any more (it gave up, or its request left): their failure is
+    read here, so that asyncio does not log it as never retrieved."""
+    if not gathered.cancelled():
+        gathered.exception()
 
 
 def _yield_the_cpu() -> None:
