@@ -4,7 +4,7 @@ same misses through a gateway with the cache off, with the exact cache only, and
 Virginia, bench/far_upstream.py; 0: nginx, at once), in one run.
 
     .venv/bin/python bench/gateway_phase.py [--requests 60] [--concurrency 1,32] [--caches off,exact,shipped,static]
-                                            [--upstream-ms 150]
+                                            [--upstream-ms 150] [--words 10,150,600,2000] [--agent-kb 13,212,1024]
 
 Every default it depends on: the gateway's `cache:` is the variable (`false`; `{semantic: false}`; `{}`, the
 shipped default: exact and semantic with MiniLM int8 on one worker thread, `semantic_wait_ms` 0 (the
@@ -32,7 +32,7 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -80,12 +80,13 @@ def agent_history(kb: int, rng: random.Random, words: list[str]) -> tuple[list[d
     return messages, tools
 
 
-def shapes(words: list[str], seed: int = 7) -> Iterator[tuple[str, list[dict], list[dict] | None, int]]:
+def shapes(words: list[str], lengths: Sequence[int] = WORDS, agent_kb: Sequence[int] = AGENT_KB, seed: int = 7
+           ) -> Iterator[tuple[str, list[dict], list[dict] | None, int]]:
     """(name, context messages, tools, words in the last user message)."""
     rng = random.Random(seed)
-    for count in WORDS:
+    for count in lengths:
         yield f"{count} words", [{"role": "system", "content": SYSTEM}], None, count
-    for kb in AGENT_KB:
+    for kb in agent_kb:
         messages, tools = agent_history(kb, rng, words)
         yield f"agent turn {kb} KB", messages, tools, 40
 
@@ -141,6 +142,11 @@ def main() -> None:
     parser.add_argument("--concurrency", default="1,32", help="comma-separated (default 1,32)")
     parser.add_argument("--caches", default=",".join(CACHES), help=f"comma-separated (default {','.join(CACHES)})")
     parser.add_argument("--upstream-ms", type=float, default=150.0, help="the upstream's first byte (default 150)")
+    parser.add_argument("--words", default=",".join(map(str, WORDS)),
+                        help=f"the questions' lengths in words, comma-separated (default {','.join(map(str, WORDS))})")
+    parser.add_argument("--agent-kb", default=",".join(map(str, AGENT_KB)),
+                        help=f"the agent turns' sizes in KB, comma-separated, or none "
+                             f"(default {','.join(map(str, AGENT_KB))})")
     args = parser.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
     words = vocabulary()
@@ -171,7 +177,7 @@ def main() -> None:
             with gateway_overhead.firsttoken_process(upstream, 1, extra={"cache": cache, "admin_key": ADMIN_KEY}
                                                      ) as (url, _):
                 rng = random.Random(11)
-                for shape, context, tools, count in shapes(words):
+                for shape, context, tools, count in shapes(words, _counts(args.words), _counts(args.agent_kb)):
                     for concurrency in levels:
                         cell = asyncio.run(measure(url, context, tools, count, args.requests, concurrency, rng,
                                                    words))
@@ -190,6 +196,10 @@ def main() -> None:
     print("\nThe semantic cache's own counts over each gateway's run (its /metrics):")
     for name, counts in semantic.items():
         print(f"- {name}: {counts or 'none'}")
+
+
+def _counts(listed: str) -> list[int]:
+    return [] if listed in ("", "none") else [int(n) for n in listed.split(",")]
 
 
 def semantic_counts(url: str) -> str:

@@ -137,3 +137,33 @@ async def test_the_worker_is_warmed_on_its_own_thread_and_counts_nothing(model) 
     assert threads and threads[0].startswith("firsttoken-embed")  # the thread every lookup's call runs on
     assert (encoder.batches, encoder.encoded, encoder.per_char_s) == (0, 0, FIRST_GUESS_PER_CHAR_S)
     encoder.close()
+
+
+async def test_a_batch_later_than_its_cost_makes_the_next_lookups_skip(model) -> None:
+    gate = threading.Event()
+
+    def held(texts: list[str]) -> np.ndarray:
+        gate.wait(30)
+        return model.embed(texts)
+
+    encoder = Encoder(held, max_wait_s=10)
+    first = asyncio.ensure_future(encoder.encode(["How do I cook beans?"]))
+    await asyncio.sleep(0)
+    assert encoder.fits(["How do I cook rice?"], within_s=0.5)  # the batch is on time: a few ms left
+    encoder._started -= 1.0  # the batch has taken a second where its cost said 5 ms: the machine is busy
+    assert not encoder.fits(["How do I cook rice?"], within_s=0.5) and encoder.skipped == 1
+    gate.set()
+    assert await first is not None
+    encoder.close()
+
+
+async def test_a_cost_learned_under_load_is_tried_again_once_the_worker_is_idle(model) -> None:
+    recording = Recording(model)
+    encoder = Encoder(recording, max_wait_s=10)
+    await encoder.encode(["How do I cook beans?"])
+    encoder.per_char_s = 1.0  # as if that batch had waited seconds for a core
+    assert not encoder.fits(["How do I cook rice?"], within_s=5)  # 19 characters: 19 s
+    encoder._idle_since -= 2.0  # idle for RELEARN_AFTER_S and more: the next lookup goes, and relearns
+    assert await encoder.encode(["How do I cook rice?"], within_s=5) is not None
+    assert encoder.per_char_s < 0.9
+    encoder.close()

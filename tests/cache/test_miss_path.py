@@ -109,28 +109,34 @@ def test_a_request_that_may_not_be_served_from_the_cache_is_never_embedded(patie
     held.unlink()
 
 
+def a_slow_first_answer(gateway: GatewayProcess, question: str, system: str) -> str:
+    """The first question of a conversation, asked of the held upstream (model "slow") and held at least
+    HOLD_S, so that the gateway expects that upstream to take that long: a lookup that could not end before
+    an upstream's usual first token is not started. Its x-firsttoken-cache."""
+    with HELD_UPSTREAM.shut():
+        with ThreadPoolExecutor(1) as pool:
+            first = pool.submit(ask, gateway, question, system, None, "slow")
+            wait_until(lambda: HELD_UPSTREAM.waiting == 1, "the first question to reach the upstream")
+            time.sleep(HOLD_S)
+            HELD_UPSTREAM.open()
+            return first.result(PATIENCE_S)[0]
+
+
 def test_the_upstream_answers_when_it_is_sooner_than_the_lookup(hasty) -> None:
     system = conversation()
-    assert ask(hasty, "How do I cook beans?", system)[0] == "miss"
+    assert a_slow_first_answer(hasty, "How do I cook beans?", system) == "miss"
     held = hasty.workdir / HELD
     held.touch()
-    state, _, answer = ask(hasty, "What is the way to cook beans?", system)  # its lookup's model call is held
-    assert (state, answer) == ("miss", "echo: What is the way to cook beans?")
+    # The upstream answers at once this time, while the lookup's model call is held.
+    state, _, answer = ask(hasty, "What is the way to cook beans?", system, model="slow")
+    assert (state, answer) == ("miss", HELD_TEXT)
     assert counted(hasty)["lost"] == 1
     held.unlink()
 
 
 def test_a_hit_found_before_the_upstream_answers_cancels_the_upstream_request(hasty) -> None:
     system = conversation()
-    # The first answer is held at least HOLD_S, so that the gateway expects this upstream to take that long:
-    # a lookup that could not end before the upstream's usual first token is not started.
-    with HELD_UPSTREAM.shut():
-        with ThreadPoolExecutor(1) as pool:
-            first = pool.submit(ask, hasty, "How do I cook beans?", system, None, "slow")
-            wait_until(lambda: HELD_UPSTREAM.waiting == 1, "the first question to reach the upstream")
-            time.sleep(HOLD_S)
-            HELD_UPSTREAM.open()
-            assert first.result(PATIENCE_S)[0] == "miss"
+    assert a_slow_first_answer(hasty, "How do I cook beans?", system) == "miss"
     with HELD_UPSTREAM.shut():  # the upstream answers nothing until the test is done
         state, route, answer = ask(hasty, "What is the way to cook beans?", system, model="slow")
     assert state.startswith("semantic-hit") and answer == HELD_TEXT

@@ -48,7 +48,6 @@ log = logging.getLogger("firsttoken.cache")
 _OPT = b"x-firsttoken-cache"
 # The longest a racing lookup may take: a hit found later than an upstream's first byte answers nothing.
 RACE_LIMIT_S = 2.0
-RACE_FLOOR_S = 0.05  # …but a lookup always has this long: an estimate of a near upstream is no promise
 STORED_PER_LOOKUP = 16  # kept prompts a lookup embeds with its own, at most (unembedded.py)
 
 
@@ -137,7 +136,7 @@ class EdgeCache:
         """None when this request neither reads nor writes the cache. `body` is the request in chat's form
         (its prompt, for the semantic cache); `keyed`, when the client spoke another format, what shapes the
         answer in that format, its name under "format" (formats/client.py): answers are not shared across
-        formats. `first_token_s`: when the upstream's answer is expected to start reaching the client; a
+        formats. `first_token_s`: when the upstream's answer usually starts reaching the client; a
         semantic lookup that would end later is not started (it could not win its race)."""
         read, write, forced = _request_policy(headers)
         ttl = self.settings.models.get(model, self.settings.ttl)
@@ -172,13 +171,15 @@ class EdgeCache:
 
     async def _look(self, lookup: Lookup, prompt: Prompt, first_token_s: float) -> None:
         """The semantic lookup, for as long as its head start; then, still running, it races the upstream. A
-        lookup that could end neither within its head start nor before the upstream's first token (never
-        sooner than RACE_FLOOR_S) is not started: under load, a worker busy with lookups that cannot win
-        takes the CPU the requests need."""
+        lookup that could end neither within its head start nor before the upstream's usual first token is
+        not started: it could not win, and under load a worker busy with such lookups takes the CPU that
+        the requests need (an upstream that answers within a millisecond is never raced at all)."""
         self.races.earn()
         assert self.encoder is not None
         head_start = self.settings.semantic_wait_ms / 1000
-        within_s = max(head_start, min(RACE_LIMIT_S, max(RACE_FLOOR_S, first_token_s)))
+        within_s = max(head_start, min(RACE_LIMIT_S, first_token_s))
+        if not self.encoder.fits([prompt.text], within_s):  # decided now: no race, no task, nothing taken
+            return
         if head_start <= 0 and not isinstance(self.encoder, InlineEncoder):
             lookup.racing = lambda: self._semantic(lookup, prompt, within_s)
             return

@@ -40,6 +40,10 @@ MAX_BATCH = 64
 LOWEST_PRIORITY = 19  # nice
 WARM_UP = "a first lookup, at start"
 _LEARNING = 0.2  # how much each timed batch moves the cost per character
+# A worker idle this long takes the next lookup whatever its cost says: a cost learned under load (the
+# worker runs at the lowest priority, so a batch's time is mostly its wait for a core) would otherwise skip
+# every lookup after the load, and no batch would ever correct it.
+RELEARN_AFTER_S = 1.0
 
 Embed = Callable[[list[str]], np.ndarray]
 
@@ -54,6 +58,9 @@ class InlineEncoder:
 
     async def warm(self) -> None:
         self._embed([WARM_UP])  # the first call is slower than the next: at start, not counted
+
+    def fits(self, texts: list[str], within_s: float | None = None) -> bool:
+        return True
 
     async def encode(self, texts: list[str], within_s: float | None = None) -> np.ndarray | None:
         self.batches += 1
@@ -76,6 +83,7 @@ class Encoder:
         self._queued = 0  # characters waiting, as their cost counts them
         self._running = 0  # characters in the batch being computed
         self._started = 0.0
+        self._idle_since = 0.0  # when the last batch ended
         self.skipped = 0  # lookups that would have waited, or waited, too long
         self.batches = 0
         self.encoded = 0
@@ -90,17 +98,35 @@ class Encoder:
         texts queued, and then their own."""
         left = 0.0
         if self._running:
-            left = max(0.0, CALL_S + self._running * self.per_char_s - (time.monotonic() - self._started))
+            cost, taken = CALL_S + self._running * self.per_char_s, time.monotonic() - self._started
+            # A batch later than its cost is waiting for a core (the machine is busy, and the worker comes
+            # last): expect it to take as long again, so that lookups are skipped, not queued behind it.
+            left = cost - taken if taken < cost else taken
         own = sum(_chars(t) for t in texts or ())
         return left + (CALL_S if self._queued or own else 0.0) + (self._queued + own) * self.per_char_s
+
+    def fits(self, texts: list[str], within_s: float | None = None) -> bool:
+        """Whether texts queued now are expected to have their vectors within `within_s` (and `max_wait_s`);
+        when not, the lookup is skipped and counted (a few microseconds to decide)."""
+        if self.expected_wait_s(texts) <= self._limit(within_s) or self._relearning():
+            return True
+        self.skipped += 1
+        return False
+
+    def _limit(self, within_s: float | None) -> float:
+        return self.max_wait_s if within_s is None else min(within_s, self.max_wait_s)
+
+    def _relearning(self) -> bool:
+        """Whether the cost per character was learned (from a batch) and the worker has been idle since."""
+        return (self.batches > 0 and not self._running and not self._waiting
+                and time.monotonic() - self._idle_since > RELEARN_AFTER_S)
 
     async def encode(self, texts: list[str], within_s: float | None = None) -> np.ndarray | None:
         """The texts' vectors; None when they would wait longer than `max_wait_s` (or `within_s`, when less),
         or did (skipped, counted)."""
-        limit = self.max_wait_s if within_s is None else min(within_s, self.max_wait_s)
-        if self.expected_wait_s(texts) > limit:
-            self.skipped += 1
+        if not self.fits(texts, within_s):
             return None
+        limit = self._limit(within_s)
         loop = asyncio.get_running_loop()
         futures: list[asyncio.Future[np.ndarray]] = [loop.create_future() for _ in texts]
         for text, future in zip(texts, futures, strict=True):
@@ -137,6 +163,7 @@ class Encoder:
         took = time.monotonic() - self._started
         self.per_char_s += _LEARNING * (max(took - CALL_S, 0.0) / self._running - self.per_char_s)
         self._running = 0
+        self._idle_since = time.monotonic()
         self.batches += 1
         self.encoded += len(batch)
         shut_down = done.cancelled()  # the worker was closed with the batch still queued

@@ -119,10 +119,12 @@ class Router:
                    hedge.median_times * median)
         return min(max(late / 1000.0, hedge.min_s), hedge.max_s)
 
-    def expected_first_token_s(self, target: Target, stream: bool) -> float:
-        """What `target`'s first token (a whole answer's, for a request that is not streamed) is expected to
-        take now: its recent mean, or its floor before any measurement (0 where its region is unknown)."""
-        return self.state(target).estimate(stream).value(self.clock()) / 1000.0
+    def usual_first_token_s(self, target: Target, stream: bool) -> float | None:
+        """What `target`'s first token (a whole answer's, for a request that is not streamed) has usually
+        taken: the median of its recent measurements, however long ago (a quiet spell says nothing of how
+        fast it answers); None before any."""
+        median = self.state(target).estimate(stream).percentile(50)
+        return None if median is None else median / 1000.0
 
     def ready(self, target: Target) -> bool:
         """Whether `target` may take a request now (not open-circuited, not cooling after a 429)."""

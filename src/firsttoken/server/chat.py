@@ -188,11 +188,11 @@ class Generation:
         if self.cache is None:
             return None
         looked_up = perf_counter()
-        first = request.targets[0] if request.targets else None
+        usual = self.egress.router.usual_first_token_s(request.targets[0], request.stream) if request.targets else None
         lookup = await self.cache.lookup(
             request.scope["headers"], timeline.tenant, request.model, [t.label for t in request.targets],
             request.body, None if request.keyed is request.body else request.keyed,
-            RACE_LIMIT_S if first is None else self.egress.router.expected_first_token_s(first, request.stream))
+            RACE_LIMIT_S if usual is None else usual)
         timeline.cache_ms = (perf_counter() - looked_up) * 1000.0
         return lookup
 

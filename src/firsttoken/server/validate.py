@@ -207,6 +207,15 @@ def chat_request(body: dict[str, Any]) -> tuple[str, bool]:
 
 
 def _message(message: Any, i: int) -> None:
+    if type(message) is dict:  # the common case first: an agent's turn has hundreds of messages
+        role, content = message.get("role"), message.get("content")
+        if type(role) is str and role in _ROLES and (type(content) is str or type(content) is list):
+            return
+    _bad_message(message, i)
+
+
+def _bad_message(message: Any, i: int) -> None:
+    """The 400 for messages[i], or nothing when it is fine after all (an assistant's message without content)."""
     where = f"messages[{i}]"
     if not isinstance(message, dict):
         raise bad_request(f"'{where}' must be an object with 'role' and 'content'.", param=where, code="invalid_type")
