@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterator
 
 import anthropic
 import httpx
@@ -14,7 +15,7 @@ import pytest
 
 from conftest import ADMIN, ADMIN_KEY, CLIENT_KEY
 from support.gateway_process import GatewayProcess
-from support.openai_upstream import UPSTREAM_KEY
+from support.openai_upstream import UPSTREAM_KEY, UpstreamThread
 from support.waiting import not_before, wait_until, within
 
 USER = [{"role": "user", "content": "race me"}]
@@ -109,9 +110,18 @@ def test_a_raced_request_whose_deadline_passes_hears_of_the_deadline(gateway) ->
     assert gave_up.value.status_code == 504 and gave_up.value.code == "client_deadline"
 
 
-def test_a_client_that_leaves_while_the_hedge_waits_stops_the_upstream(upstream, tmp_path) -> None:
+@pytest.fixture()
+def own_upstream() -> Iterator[UpstreamThread]:
+    """An upstream no other test has used: a slow stream that an earlier test cut off is noticed only at its
+    next write, seconds later, and would count as this test's."""
+    with UpstreamThread() as server:
+        yield server
+
+
+def test_a_client_that_leaves_while_the_hedge_waits_stops_the_upstream(own_upstream, tmp_path) -> None:
     # A gateway of its own that waits longer before hedging than a busy machine may take to see the client
     # go (`within` its 0.1 s), and a first token later still: a hedge that went would be a gone client's.
+    upstream = own_upstream
     patient = 2.0
     assert patient > within(0.1)
     settings = {"cache": False, "upstreams": {"fake": {"url": upstream.url, "key": UPSTREAM_KEY}},

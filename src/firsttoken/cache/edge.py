@@ -203,10 +203,7 @@ class EdgeCache:
         """A paraphrase's stored answer, when the guards agree. In a scope the index does not hold yet, the
         prompts kept without a vector are embedded in the same model call as this one's."""
         assert self.semantic is not None and self.encoder is not None
-        # A scope the index holds has had its lookups: what is still unembedded there was skipped by a busy
-        # model, and taking it along would make this lookup too slow to win its race. A scope it does not
-        # hold is new: its kept prompts are the only ones this one can match.
-        stored = [] if self.semantic.holds(prompt.scope) else self.unembedded.take(prompt.scope, STORED_PER_LOOKUP)
+        stored = self._along(prompt, within_s)
         try:
             vectors = await self.encoder.encode([prompt.text, *(p.text for p in stored)], within_s)
         except asyncio.CancelledError:
@@ -239,6 +236,23 @@ class EdgeCache:
             self.semantic.remove(found.ref)
             return
         lookup.hit, lookup.hit_key, lookup.similarity = entry, found.ref, found.similarity
+
+    def _along(self, prompt: Prompt, within_s: float | None) -> list[Unembedded]:
+        """The kept prompts of `prompt`'s scope still without a vector that go in its lookup's model call:
+        the newest first, at most STORED_PER_LOOKUP, and only as many as leave the lookup expected to end
+        within `within_s` (the rest wait for the next lookup in the scope). In a new scope they are the
+        only prompts this one can match; in one that piled them up while the model was too busy (under
+        load, lookups are skipped), they are embedded a few at a time once it is not."""
+        assert self.encoder is not None
+        along: list[Unembedded] = []
+        texts = [prompt.text]
+        for waiting in self.unembedded.newest(prompt.scope, STORED_PER_LOOKUP):
+            texts.append(waiting.text)
+            if within_s is not None and self.encoder.expected_wait_s(texts) > within_s:
+                break
+            along.append(waiting)
+            self.unembedded.discard(waiting.key)  # given back (_hold) if it cannot be embedded
+        return along
 
     def _hold(self, prompts: list[Unembedded]) -> None:
         for waiting in prompts:

@@ -59,6 +59,9 @@ class InlineEncoder:
     async def warm(self) -> None:
         self._embed([WARM_UP])  # the first call is slower than the next: at start, not counted
 
+    def expected_wait_s(self, texts: list[str] | None = None) -> float:
+        return 0.0  # a fraction of a millisecond, computed where asked
+
     def fits(self, texts: list[str], within_s: float | None = None) -> bool:
         return True
 

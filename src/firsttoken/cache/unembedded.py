@@ -11,6 +11,7 @@ store when the prompt is embedded: one purged or evicted meanwhile stays gone.
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -48,12 +49,11 @@ class UnembeddedPrompts:
         while self._chars > self.max_chars and self._prompts:  # the oldest forgotten: exact hits only
             self.discard(next(iter(self._prompts)))
 
-    def take(self, scope: str, most: int) -> list[Unembedded]:
-        """The scope's newest prompts, no longer held here (given back with `add` if they could not be
-        embedded): at most `most`, so that a scope that piled up prompts while the model was too busy for
-        them does not make every lookup in it too long to start."""
-        keys = list(self._scopes.get(scope, ()))[-most:]
-        return [self._pop(key) for key in keys]
+    def newest(self, scope: str, most: int) -> list[Unembedded]:
+        """The scope's newest prompts, newest first, at most `most`; still held (a lookup that embeds one
+        discards it)."""
+        keys = self._scopes.get(scope, {})
+        return [self._prompts[key] for key in itertools.islice(reversed(keys), most)]
 
     def discard(self, key: str) -> None:
         if key in self._prompts:
