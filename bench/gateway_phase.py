@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import platform
 import random
 import statistics
@@ -102,7 +103,7 @@ async def ask(client: httpx.AsyncClient, body: dict) -> tuple[float, float, str,
     return timing["gateway"], timing["cache"], response.headers.get("x-firsttoken-cache", ""), took
 
 
-async def measure(url: str, context: list[dict], tools: list[dict] | None, count: int, requests: int,
+async def measure(url: str, pid: int, context: list[dict], tools: list[dict] | None, count: int, requests: int,
                   concurrency: int, rng: random.Random, words: list[str]) -> dict[str, object]:
     """Misses at `concurrency`, then (at c = 1) the first of them again and a paraphrase of it."""
     bodies = [chat([*context, {"role": "user", "content": " ".join(rng.choices(words, k=count))}], tools)
@@ -118,15 +119,16 @@ async def measure(url: str, context: list[dict], tools: list[dict] | None, count
             for body in queue:
                 seen.append(await ask(client, body))
 
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), cpu_seconds(pid)
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         throughput = len(seen) / (time.perf_counter() - started)
+        cpu_ms = (cpu_seconds(pid) - cpu) * 1000 / len(seen)
         again = await ask(client, bodies[0])
         first = bodies[0]["messages"][-1]["content"]
         paraphrase = await ask(client, chat([*context, {"role": "user", "content": "Please: " + first}], tools))
     gateway, cache = [s[0] for s in seen], [s[1] for s in seen]
     return {"outcomes": sorted({s[2] for s in seen}), "gateway": quantiles(gateway), "cache": quantiles(cache),
-            "throughput": throughput,
+            "throughput": throughput, "cpu": cpu_ms,
             "exact hit": again, "paraphrase": paraphrase}
 
 
@@ -153,8 +155,9 @@ def main() -> None:
     gateway_overhead.WORK.mkdir(parents=True, exist_ok=True)
     print(f"# {platform.node()}, {platform.python_version()}, {args.requests} misses a cell, c = {levels}, "
           f"upstream's first byte {args.upstream_ms:g} ms")
-    print("| cache | prompt | c | gateway p50 | gateway p99 | cache p50 | cache p99 | requests/s | outcomes |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| cache | prompt | c | gateway p50 | gateway p99 | cache p50 | cache p99 | requests/s | gateway CPU a request "
+          "(ms) | outcomes |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     hits: list[str] = []
     semantic: dict[str, str] = {}
     with ExitStack() as stack:
@@ -175,15 +178,15 @@ def main() -> None:
                     old.unlink()
                 cache = {**cache, "path": str(path)}
             with gateway_overhead.firsttoken_process(upstream, 1, extra={"cache": cache, "admin_key": ADMIN_KEY}
-                                                     ) as (url, _):
+                                                     ) as (url, gateway):
                 rng = random.Random(11)
                 for shape, context, tools, count in shapes(words, _counts(args.words), _counts(args.agent_kb)):
                     for concurrency in levels:
-                        cell = asyncio.run(measure(url, context, tools, count, args.requests, concurrency, rng,
-                                                   words))
+                        cell = asyncio.run(measure(url, gateway.pid, context, tools, count, args.requests,
+                                                   concurrency, rng, words))
                         (g50, g99), (c50, c99) = cell["gateway"], cell["cache"]  # type: ignore[misc]
                         print(f"| {name} | {shape} | {concurrency} | {g50:.2f} | {g99:.2f} | {c50:.2f} | {c99:.2f} "
-                              f"| {cell['throughput']:.0f} | {', '.join(cell['outcomes'])} |",  # type: ignore[arg-type]
+                              f"| {cell['throughput']:.0f} | {cell['cpu']:.2f} | {', '.join(cell['outcomes'])} |",  # type: ignore[arg-type]
                               flush=True)
                         if concurrency == levels[0] and name != "off":
                             for what in ("exact hit", "paraphrase"):
@@ -196,6 +199,12 @@ def main() -> None:
     print("\nThe semantic cache's own counts over each gateway's run (its /metrics):")
     for name, counts in semantic.items():
         print(f"- {name}: {counts or 'none'}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user and system) a process has used, from /proc: its threads' too (the embedding worker's)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _counts(listed: str) -> list[int]:

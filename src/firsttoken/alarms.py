@@ -4,6 +4,9 @@ A per-wait `asyncio.timeout` or `call_later` costs a timer handle (a libuv timer
 every request; at thousands of requests a second, two or three of those per request took about a
 third of the gateway's CPU. Our deadlines and heartbeats are seconds long, so one ticker every
 `resolution` seconds that walks the armed alarms is exact enough, and arming one is a set insert.
+
+The ticker also measures how late it wakes (`LoopLag`): whatever blocks the event loop, every request of
+the worker waits for it, and a tick that comes late says by how much.
 """
 
 from __future__ import annotations
@@ -14,6 +17,31 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 
 log = logging.getLogger("firsttoken.alarms")
+
+LAG_BUCKETS_S = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+STALL_S = 0.5  # a tick this late is logged: every request in the worker waited as long
+
+
+class LoopLag:
+    """How late the ticker woke, tick by tick: a histogram (cumulative, as Prometheus counts it)."""
+
+    __slots__ = ("counts", "sum", "worst")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(LAG_BUCKETS_S) + 1)  # the last: later than every bucket
+        self.sum = 0.0
+        self.worst = 0.0
+
+    def observe(self, late_s: float) -> None:
+        index = 0
+        while index < len(LAG_BUCKETS_S) and late_s > LAG_BUCKETS_S[index]:
+            index += 1
+        self.counts[index] += 1
+        self.sum += late_s
+        if late_s > self.worst:
+            self.worst = late_s
+        if late_s >= STALL_S:
+            log.warning("the event loop was blocked for %.2f s: every request in this worker waited as long", late_s)
 
 
 class Alarm:
@@ -32,6 +60,7 @@ class Alarms:
         self.resolution = resolution
         self._armed: set[Alarm] = set()
         self._ticker: asyncio.Task[None] | None = None
+        self.lag = LoopLag()
 
     def start(self) -> None:
         self._ticker = asyncio.get_running_loop().create_task(self._tick(), name="alarms")
@@ -54,10 +83,12 @@ class Alarms:
     async def _tick(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
+            due = loop.time() + self.resolution
             await asyncio.sleep(self.resolution)
+            now = loop.time()
+            self.lag.observe(max(now - due, 0.0))
             if not self._armed:
                 continue
-            now = loop.time()
             for alarm in [a for a in self._armed if a.when <= now]:
                 try:
                     keep = alarm.fire(self, now)

@@ -124,7 +124,7 @@ class Gateway:
             self.metrics.registry.register(CacheCollector(self.cache))
         self.metrics.registry.register(RoutingCollector(router, self.keep_warm))
         self.metrics.registry.register(PoolCollector(upstreams))
-        register_process_metrics(self.metrics.registry)
+        register_process_metrics(self.metrics.registry, self.alarms.lag)
         self.task_router = TaskRouter(settings.sizing) if settings.sizing is not None else None
         self.client_limits = ClientLimits(settings.keys, settings.limits.redis,
                                           fail_closed=settings.limits.redis_down == "closed",
