@@ -155,8 +155,8 @@ def main() -> None:
     gateway_overhead.WORK.mkdir(parents=True, exist_ok=True)
     print(f"# {platform.node()}, {platform.python_version()}, {args.requests} misses a cell, c = {levels}, "
           f"upstream's first byte {args.upstream_ms:g} ms")
-    print("| cache | prompt | c | gateway p50 | gateway p99 | cache p50 | cache p99 | requests/s | gateway CPU a request "
-          "(ms) | outcomes |")
+    print("| cache | prompt | c | gateway p50 | gateway p99 | cache p50 | cache p99 | requests/s "
+          "| gateway CPU a request (ms) | outcomes |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     hits: list[str] = []
     semantic: dict[str, str] = {}
