@@ -28,7 +28,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from support.waiting import wait_until
 
-WATCHED = {"process_resident_memory_bytes": "rss", "process_open_fds": "fds", "firsttoken_asyncio_tasks": "tasks"}
+WATCHED = {"process_resident_memory_bytes": "rss", "process_open_fds": "fds", "firsttoken_asyncio_tasks": "tasks",
+           "firsttoken_event_loop_lag_worst_seconds": "lag"}
 KINDS = ("whole", "stream", "repeat", "cancelled", "slow reader", "never reads")
 ROUTES = ("chat", "messages", "responses")
 LONG_PROMPT = " ".join(["word"] * 100_000)  # the echo model answers it back: more than the socket buffers hold
@@ -44,6 +45,7 @@ class Sample:
     rss: float
     fds: float
     tasks: float
+    lag: float  # the longest the event loop has been late so far, in seconds
 
 
 @dataclass
@@ -74,6 +76,7 @@ class SoakResult:
             lines.append(f"{name}: before {before:.1f}{unit}, first {values[0]:.1f}{unit}, max {max(values):.1f}"
                          f"{unit}, last {values[-1]:.1f}{unit}, settled {settled:.1f}{unit}; "
                          f"slope {self.slope_per_hour(name) / scale:+.1f}{unit}/h over the second half")
+        lines.append(f"event loop: late by {last.lag * 1000:.0f} ms at worst")
         return "\n".join(lines)
 
 
@@ -83,7 +86,7 @@ def sample(url: str, admin: dict[str, str], started: float) -> Sample:
     for family in text_string_to_metric_families(text):
         if family.name in WATCHED:
             values[WATCHED[family.name]] = family.samples[0].value
-    return Sample(time.monotonic() - started, values["rss"], values["fds"], values["tasks"])
+    return Sample(time.monotonic() - started, values["rss"], values["fds"], values["tasks"], values["lag"])
 
 
 class Soak:
