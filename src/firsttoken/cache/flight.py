@@ -15,6 +15,8 @@ from collections.abc import AsyncIterator, Iterator
 from firsttoken.cache.entry import Kind
 from firsttoken.journey.timeline import Timeline
 
+CATCH_UP = 256  # events a follower relays between two turns of the event loop
+
 
 class Flight:
     def __init__(self, leader: Timeline) -> None:
@@ -57,12 +59,17 @@ class Flight:
             self._changed.set()
 
     async def follow(self) -> AsyncIterator[bytes]:
-        """The leader's events from the first, as they come, until it ends."""
+        """The leader's events from the first, as they come, until it ends. A follower far behind catches up
+        CATCH_UP events at a time, letting the event loop run between: writing a client what the flight
+        already holds never waits, and a follower that joined a 100 000-event answer late blocked every
+        request of the worker for 100–200 ms at a time (bench/soak.py, the loop's lag)."""
         position = 0
         while True:
             while position < len(self.pieces):
                 position += 1
                 yield self.pieces[position - 1]
+                if position % CATCH_UP == 0:
+                    await asyncio.sleep(0)
             if self.done:
                 return
             self._changed.clear()
