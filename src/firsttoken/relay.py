@@ -181,10 +181,6 @@ class Relay:
         more than SLICE events (an upstream faster than the loop: one read held 7 000 of a 100 000-token
         answer) goes a slice at a time, letting the event loop run between: read and translated whole, it
         blocked every request of the worker for up to 290 ms (bench/soak.py, the loop's lag)."""
-        if len(events) <= SLICE:
-            done = self._handle_all(events)
-            await self._flush()
-            return done
         for start in range(0, len(events), SLICE):
             if start:
                 await asyncio.sleep(0)

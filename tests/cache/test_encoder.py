@@ -34,6 +34,17 @@ class Recording:
         return self.model.embed(texts)
 
 
+class Held:
+    """The real model, held until the test sets `gate`."""
+
+    def __init__(self, model) -> None:
+        self.model, self.gate = model, threading.Event()
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        self.gate.wait(30)
+        return self.model.embed(texts)
+
+
 async def test_prompts_that_arrive_while_it_computes_go_as_one_batch(model) -> None:
     recording = Recording(model)
     encoder = Encoder(recording, max_wait_s=10)
@@ -68,16 +79,11 @@ async def test_a_prompt_too_long_for_its_bound_is_skipped_without_calling_the_mo
 
 
 async def test_a_lookup_waits_no_longer_than_its_bound(model) -> None:
-    gate = threading.Event()
-
-    def held(texts: list[str]) -> np.ndarray:
-        gate.wait(30)
-        return model.embed(texts)
-
+    held = Held(model)
     encoder = Encoder(held, max_wait_s=0.05)
     assert await encoder.encode(["How do I cook beans?"]) is None  # the model never answered in time
     assert encoder.skipped == 1
-    gate.set()
+    held.gate.set()
     encoder.close()
 
 
@@ -140,19 +146,14 @@ async def test_the_worker_is_warmed_on_its_own_thread_and_counts_nothing(model) 
 
 
 async def test_a_batch_later_than_its_cost_makes_the_next_lookups_skip(model) -> None:
-    gate = threading.Event()
-
-    def held(texts: list[str]) -> np.ndarray:
-        gate.wait(30)
-        return model.embed(texts)
-
+    held = Held(model)
     encoder = Encoder(held, max_wait_s=10)
     first = asyncio.ensure_future(encoder.encode(["How do I cook beans?"]))
     await asyncio.sleep(0)
     assert encoder.fits(["How do I cook rice?"], within_s=0.5)  # the batch is on time: a few ms left
     encoder._started -= 1.0  # the batch has taken a second where its cost said 5 ms: the machine is busy
     assert not encoder.fits(["How do I cook rice?"], within_s=0.5) and encoder.skipped == 1
-    gate.set()
+    held.gate.set()
     assert await first is not None
     encoder.close()
 

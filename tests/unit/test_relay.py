@@ -13,6 +13,7 @@ from firsttoken.journey.timeline import Timeline
 from firsttoken.redact import Redactor
 from firsttoken.relay import BROKEN, SLICE, TOO_LARGE, Relay, Source
 from firsttoken.sse import EventSplitter
+from support.loop_turns import LoopTurns
 
 
 def chunk(delta: dict, usage: dict | None = None, choices: bool = True, finish: str | None = None) -> bytes:
@@ -208,18 +209,8 @@ async def test_an_event_past_the_bound_ends_the_stream_with_an_error() -> None:
 async def test_a_read_of_thousands_of_events_goes_in_slices_with_the_loop_running_between() -> None:
     tokens = [chunk({"content": f" w{i}"}) for i in range(3 * SLICE)]
     read = chunk({"role": "assistant", "content": ""}) + b"".join(tokens) + FINISH + b"data: [DONE]\n\n"
-    turns = 0
-
-    async def another_request() -> None:  # what the rest of the worker does meanwhile
-        nonlocal turns
-        while True:
-            turns += 1
-            await asyncio.sleep(0)
-
-    other = asyncio.ensure_future(another_request())
-    await asyncio.sleep(0)
-    written, r = await relay([read], strip_usage=False)
-    other.cancel()
+    async with LoopTurns() as other:
+        written, r = await relay([read], strip_usage=False)
     assert b"".join(written).startswith(read[:-len(b"data: [DONE]\n\n")])  # every event, in order
     assert r.result.clean and r.timeline.token_events == 3 * SLICE
-    assert len(written) >= 3 and turns >= 3  # one write a slice, and the loop ran between them
+    assert len(written) >= 3 and other.turns >= 3  # one write a slice, and the loop ran between them

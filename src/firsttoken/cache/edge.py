@@ -132,12 +132,12 @@ class EdgeCache:
 
     async def lookup(self, headers: Sequence[tuple[bytes, bytes]], tenant: str, model: str, targets: Sequence[str],
                      body: dict[str, Any], keyed: dict[str, Any] | None = None,
-                     first_token_s: float = RACE_LIMIT_S) -> Lookup | None:
+                     first_token_s: float | None = None) -> Lookup | None:
         """None when this request neither reads nor writes the cache. `body` is the request in chat's form
         (its prompt, for the semantic cache); `keyed`, when the client spoke another format, what shapes the
         answer in that format, its name under "format" (formats/client.py): answers are not shared across
-        formats. `first_token_s`: when the upstream's answer usually starts reaching the client; a
-        semantic lookup that would end later is not started (it could not win its race)."""
+        formats. `first_token_s`: when the upstream's answer usually starts reaching the client (None: not
+        measured yet); a semantic lookup that would end later is not started (it could not win its race)."""
         read, write, forced = _request_policy(headers)
         ttl = self.settings.models.get(model, self.settings.ttl)
         if not (read or write) or (ttl <= 0 and not forced):
@@ -169,7 +169,7 @@ class EdgeCache:
         scoped = request_keys(owner, targets, {**body, "format": keyed.get("format")})
         return Keys(exact_key(owner, targets, keyed), scoped.scope, scoped.text)
 
-    async def _look(self, lookup: Lookup, prompt: Prompt, first_token_s: float) -> None:
+    async def _look(self, lookup: Lookup, prompt: Prompt, first_token_s: float | None) -> None:
         """The semantic lookup, for as long as its head start; then, still running, it races the upstream. A
         lookup that could end neither within its head start nor before the upstream's usual first token is
         not started: it could not win, and under load a worker busy with such lookups takes the CPU that
@@ -177,7 +177,7 @@ class EdgeCache:
         self.races.earn()
         assert self.encoder is not None
         head_start = self.settings.semantic_wait_ms / 1000
-        within_s = max(head_start, min(RACE_LIMIT_S, first_token_s))
+        within_s = max(head_start, RACE_LIMIT_S if first_token_s is None else min(RACE_LIMIT_S, first_token_s))
         if not self.encoder.fits([prompt.text], within_s):  # decided now: no race, no task, nothing taken
             return
         if head_start <= 0 and not isinstance(self.encoder, InlineEncoder):

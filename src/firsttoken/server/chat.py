@@ -16,7 +16,7 @@ from time import perf_counter
 from typing import Any
 
 from firsttoken.answers import answer_gap
-from firsttoken.cache.edge import RACE_LIMIT_S, EdgeCache, Lookup
+from firsttoken.cache.edge import EdgeCache, Lookup
 from firsttoken.cache.entry import Kind
 from firsttoken.cache.flight import Flight, Flights
 from firsttoken.cache.outcome import CacheOutcome
@@ -191,8 +191,7 @@ class Generation:
         usual = self.egress.router.usual_first_token_s(request.targets[0], request.stream) if request.targets else None
         lookup = await self.cache.lookup(
             request.scope["headers"], timeline.tenant, request.model, [t.label for t in request.targets],
-            request.body, None if request.keyed is request.body else request.keyed,
-            RACE_LIMIT_S if usual is None else usual)
+            request.body, None if request.keyed is request.body else request.keyed, usual)
         timeline.cache_ms = (perf_counter() - looked_up) * 1000.0
         return lookup
 
