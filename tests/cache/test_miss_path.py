@@ -73,6 +73,8 @@ def counted(gateway: GatewayProcess) -> dict[str, float]:
                 counts[sample.labels["whose"]] = sample.value
             elif sample.name == "firsttoken_semantic_races_total":
                 counts[sample.labels["ended"]] = sample.value
+            elif sample.name == "firsttoken_semantic_near_copies_total":
+                counts["near copies"] = sample.value
     return counts
 
 
@@ -106,6 +108,22 @@ def test_a_request_that_may_not_be_served_from_the_cache_is_never_embedded(patie
         _, _, answer = ask(patient, "What is the way to cook beans?", system, headers)
         assert answer == "echo: What is the way to cook beans?" and upstream.stats.chats == before + 1, headers
     assert counted(patient)["request"] == 0
+    held.unlink()
+
+
+def test_a_near_copy_is_served_before_the_request_leaves_without_an_embedding(hasty, upstream) -> None:
+    """Even with no head start at all: it is found by a hash, not raced."""
+    system = conversation()
+    _, _, answer = ask(hasty, "How do I cook beans?", system)
+    held = hasty.workdir / HELD
+    held.touch()
+    before = upstream.stats.chats
+    state, route, again = ask(hasty, "Hi! Please, how do I cook beans. Thanks", system)
+    assert (state, again) == ("semantic-hit; similarity=1.000", answer) and "raced" not in route
+    assert upstream.stats.chats == before
+    state, _, other = ask(hasty, "Please, how do I cook 5 beans?", system)  # other words: the upstream answers
+    assert (state, other) == ("miss", "echo: Please, how do I cook 5 beans?")
+    assert counted(hasty)["near copies"] == 1
     held.unlink()
 
 

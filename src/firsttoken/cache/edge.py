@@ -10,7 +10,9 @@ in their wire format (answers.py), and the upstream did not mark them `no-store`
 A cache must never make a request fail: a stored answer that cannot be replayed in the shape asked for is
 dropped, counted, and the request goes upstream as a miss.
 
-A miss never waits for the semantic lookup longer than its head start (`semantic_wait_ms`). A prompt is
+A prompt asked again in the same words but for a greeting, a courtesy or its closing punctuation (a near
+copy: near_copies.py) is found by a hash, before the request leaves. A miss never waits for the semantic
+lookup longer than its head start (`semantic_wait_ms`). A prompt is
 embedded only where a stored one could match it: a context nobody has had before, or a request that may
 not be served from the cache, costs no embedding at all, and a kept prompt is embedded when the next
 request in its context looks it up (unembedded.py). A lookup still running when the head start has passed
@@ -32,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from firsttoken.cache.encoder import Encoder, InlineEncoder
 from firsttoken.cache.entry import Entry, Kind, PromptRecord
 from firsttoken.cache.key import Keys, exact_key, request_keys
+from firsttoken.cache.near_copies import NearCopies
 from firsttoken.cache.redis_store import RedisStore
 from firsttoken.cache.replay import ReplayError, replay
 from firsttoken.cache.stores import MemoryStore, SqliteStore, Store
@@ -81,6 +84,8 @@ class EdgeCache:
         self.settings = settings
         self.store = open_store(settings)
         self.semantic: SemanticIndex | None = None  # loaded by start(), when configured
+        self.near = NearCopies(settings.max_prompts)  # used along with the semantic index
+        self.near_hits = 0
         self.encoder: Encoder | InlineEncoder | None = None
         self._following: asyncio.Task[None] | None = None
         self.unembedded = UnembeddedPrompts()
@@ -104,6 +109,8 @@ class EdgeCache:
             return
         prompts = await self.store.prompts(time.time())
         await asyncio.to_thread(index.restore, [p for p in prompts if p.vector])
+        for prompt in prompts:
+            self.near.add(prompt.scope, prompt.text, prompt.ref)
         self._hold([Unembedded(p.ref, p.scope, p.text) for p in prompts if not p.vector and p.ref not in index])
         encoder = (InlineEncoder(index.vectors) if getattr(index.embedder, "inline", False)
                    else Encoder(index.vectors, max(self.settings.semantic_wait_ms / 1000, RACE_LIMIT_S)))
@@ -117,6 +124,7 @@ class EdgeCache:
         async for prompt in prompts:
             if prompt.ref in index:  # this gateway's own are in already
                 continue
+            self.near.add(prompt.scope, prompt.text, prompt.ref)
             if prompt.vector:  # embedded by whichever gateway looked it up first
                 self.unembedded.discard(prompt.ref)
                 index.restore([prompt])
@@ -151,9 +159,23 @@ class EdgeCache:
             # The embedding model is part of the scope: vectors of two models never meet, in a store they share.
             lookup.prompt = Prompt(f"{self.settings.embedding}:{keys.scope}", keys.text)
             scope = lookup.prompt.scope
-            if hit is None and read and (self.semantic.holds(scope) or self.unembedded.holds(scope)):
+            if hit is None and read:
+                await self._near_copy(lookup, lookup.prompt)
+            if lookup.hit is None and read and (self.semantic.holds(scope) or self.unembedded.holds(scope)):
                 await self._look(lookup, lookup.prompt, first_token_s)
         return lookup
+
+    async def _near_copy(self, lookup: Lookup, prompt: Prompt) -> None:
+        """The answer kept for a near copy of the prompt."""
+        ref = self.near.find(prompt.scope, prompt.text)
+        if ref is None or ref == lookup.key:  # its own words: the exact lookup found it gone
+            return
+        entry = await self.store.get(ref, time.time())
+        if entry is None:  # evicted or expired since
+            self._forget(ref)
+        else:
+            lookup.hit, lookup.hit_key, lookup.similarity = entry, ref, 1.0
+            self.near_hits += 1
 
     def _keys(self, owner: str, targets: Sequence[str], body: dict[str, Any], keyed: dict[str, Any] | None) -> Keys:
         """The exact key, and for the semantic cache the context's scope and the text to embed: one pass over
@@ -233,7 +255,7 @@ class EdgeCache:
             return
         entry = await self.store.get(found.ref, time.time())
         if entry is None:  # evicted or expired since: forget the prompt too
-            self.semantic.remove(found.ref)
+            self._forget(found.ref)
             return
         lookup.hit, lookup.hit_key, lookup.similarity = entry, found.ref, found.similarity
 
@@ -284,8 +306,7 @@ class EdgeCache:
         except ReplayError as exc:
             self.dropped += 1
             log.warning("dropped a cached answer: %s", exc)
-            if self.semantic is not None:
-                self.semantic.remove(lookup.hit_key)
+            self._forget(lookup.hit_key)
             await self.store.delete(lookup.hit_key)
             lookup.hit = lookup.hit_key = lookup.similarity = None
             return None
@@ -311,6 +332,7 @@ class EdgeCache:
         if self.encoder is None or prompt is None:
             self.store.put(lookup.key, entry)
             return
+        self.near.add(prompt.scope, prompt.text, lookup.key)
         if prompt.vector is not None:
             self._index(lookup.key, entry, prompt.scope, prompt.text, prompt.vector)
             return
@@ -318,6 +340,12 @@ class EdgeCache:
         # prompt is known), embedded when a lookup in its context first needs it.
         self.store.put(lookup.key, entry, PromptRecord(lookup.key, prompt.scope, prompt.text, b"", entry.expires))
         self.unembedded.add(Unembedded(lookup.key, prompt.scope, prompt.text))
+
+    def _forget(self, ref: str) -> None:
+        """A prompt whose answer is gone."""
+        self.near.remove(ref)
+        if self.semantic is not None:
+            self.semantic.remove(ref)
 
     def _index(self, key: str, entry: Entry, scope: str, text: str, vector: Any) -> None:
         """The answer stored with its prompt, which the semantic index now knows."""

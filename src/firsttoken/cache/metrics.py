@@ -1,7 +1,7 @@
 """The edge cache's own counters for GET /metrics, read when asked: answers it would not keep, by why,
 stored answers it dropped because they could not be replayed, what the embedding worker did (batches,
-prompts, lookups skipped because it was too far behind), and how the lookups that raced the upstream
-ended."""
+prompts, lookups skipped because it was too far behind), how the lookups that raced the upstream ended,
+and the hits that were near copies."""
 
 from __future__ import annotations
 
@@ -50,4 +50,8 @@ class CacheCollector(Collector):
                                         "over_budget.", labels=["ended"])
             for ended in ("won", "lost", "missed", "over_budget"):
                 races.add_metric([ended], cache.raced[ended])
-            yield from (skipped, batches, encoded, waiting, races)
+            near = CounterMetricFamily("firsttoken_semantic_near_copies", "Semantic hits that were near copies: the "
+                                       "same words but for a greeting, a courtesy or closing punctuation, found "
+                                       "without an embedding.")
+            near.add_metric([], cache.near_hits)
+            yield from (skipped, batches, encoded, waiting, races, near)
