@@ -13,9 +13,10 @@ digit (a factorial).
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections import OrderedDict
+
+from blake3 import blake3
 
 # Greetings and courtesies, at the start or the end only: inside a prompt "please" may be what it is about.
 _OPENING = re.compile(r"^(?:(?:hi|hello|hey)(?:\s+there)?\b[\s,.!:;-]*)?(?:(?:please|pls|kindly)\b[\s,.!:;-]*)?",
@@ -46,9 +47,7 @@ def near_key(scope: str, text: str) -> str | None:
     words = same_words(text)
     if not words:
         return None
-    digest = hashlib.blake2b(scope.encode(), digest_size=16)
-    digest.update(b"\x00" + words.encode("utf-8", "surrogatepass"))
-    return digest.hexdigest()
+    return blake3(b"%s\x00%s" % (scope.encode(), words.encode("utf-8", "surrogatepass"))).hexdigest(16)
 
 
 class NearCopies:
