@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from conftest import ADMIN, ADMIN_KEY, CLIENT_KEY, UPSTREAM_KEY
 from firsttoken.cache.embed import load_embedder
 from firsttoken.cache.semantic import DEFAULT_THRESHOLD, SemanticIndex
+from firsttoken.cache.small_edits import SmallEdits
 from support.gateway_process import GatewayProcess
 from support.waiting import PATIENCE_S
 
@@ -47,6 +48,44 @@ def test_no_question_of_the_class_is_served_another_answer(embedder, name: str) 
 def test_most_true_paraphrases_of_the_class_are_served(embedder, name: str) -> None:
     paraphrases = SET["classes"][name]["paraphrases"]
     assert sum(served(embedder, p["stored"], p["asked"]) for p in paraphrases) >= LEAST_SERVED
+
+
+# A long prompt's shared text: the class's questions asked at its end are small edits of each other.
+DOCUMENT = (
+    "The quarterly report covers the operations of the northern and southern divisions, the progress of the "
+    "migration to the new billing platform, the hiring plan for the support team, and the open questions from "
+    "the last board meeting. Revenue grew in both divisions, although the southern division missed its target "
+    "for new accounts. The billing migration is two weeks behind schedule because the data export from the old "
+    "system had to be repeated. The support team hired four of the six people it planned to hire, and the "
+    "remaining two offers are pending. The board asked for a plan to reduce churn and for a review of vendor "
+    "contracts before the end of the year.\n\n")
+# Of each class's 25 true paraphrases after the document, at least this many are served by what changed
+# (measured: 5-9; the rest are left to the full lookup, or refused by a guard as they are without it).
+LEAST_SERVED_AS_EDITS = 4
+
+
+def served_as_edit(embedder, stored: str, asked: str) -> bool | None:
+    """Whether the small-edit judgement serves `asked` after the document; None when it is not a small edit."""
+    edits = SmallEdits(1)
+    edits.add("scope", DOCUMENT + stored, "stored")
+    edit = edits.find("scope", DOCUMENT + asked)
+    if edit is None:
+        return None
+    if edit.refused():
+        return False
+    return edit.fillers_only or edit.similarity(embedder.embed(edit.texts())) >= DEFAULT_THRESHOLD
+
+
+@pytest.mark.parametrize("name", sorted(SET["classes"]))
+def test_after_a_long_document_no_question_of_the_class_is_served_another_answer(embedder, name: str) -> None:
+    verdicts = [served_as_edit(embedder, p["stored"], p["asked"]) for p in SET["classes"][name]["different"]]
+    assert verdicts == [False] * len(verdicts)  # each a small edit, each refused
+
+
+@pytest.mark.parametrize("name", sorted(SET["classes"]))
+def test_after_a_long_document_some_paraphrases_are_served_by_what_changed(embedder, name: str) -> None:
+    paraphrases = SET["classes"][name]["paraphrases"]
+    assert sum(bool(served_as_edit(embedder, p["stored"], p["asked"])) for p in paraphrases) >= LEAST_SERVED_AS_EDITS
 
 
 RUN = itertools.count()

@@ -75,6 +75,8 @@ def counted(gateway: GatewayProcess) -> dict[str, float]:
                 counts[sample.labels["ended"]] = sample.value
             elif sample.name == "firsttoken_semantic_near_copies_total":
                 counts["near copies"] = sample.value
+            elif sample.name == "firsttoken_semantic_small_edits_total":
+                counts["small edits"] = sample.value
     return counts
 
 
@@ -125,6 +127,30 @@ def test_a_near_copy_is_served_before_the_request_leaves_without_an_embedding(ha
     assert (state, other) == ("miss", "echo: Please, how do I cook 5 beans?")
     assert counted(hasty)["near copies"] == 1
     held.unlink()
+
+
+NOTES = " ".join(f"Note {i}: the shipment from warehouse {chr(65 + i % 26)} left on time and arrived intact."
+                 for i in range(12))  # 168 words: a long prompt
+
+
+def test_a_long_prompt_with_a_filler_added_is_served_without_the_model(patient, upstream) -> None:
+    """A small edit: judged by what changed (the guards, on the words around it), with no model call when only
+    a filler changed; a changed number is refused."""
+    system = conversation()
+    question = f"{NOTES} Which shipments arrived late?"
+    _, _, answer = ask(patient, question, system)
+    held = patient.workdir / HELD
+    held.touch()
+    before = upstream.stats.chats
+    state, _, again = ask(patient, question.replace("arrived late", "really arrived late"), system)
+    assert (state, again) == ("semantic-hit; similarity=1.000", answer) and upstream.stats.chats == before
+    state, _, other = ask(patient, question.replace("Note 7:", "Note 8:"), system)
+    assert (state, other) == ("miss", "echo: " + question.replace("Note 7:", "Note 8:"))
+    assert counted(patient)["small edits"] == 1 and counted(patient)["request"] == 0
+    held.unlink()
+    state, _, reworded = ask(patient, question.replace("Which shipments", "Which shipments finally"), system)
+    assert state.startswith("semantic-hit; similarity=0.") and reworded == answer  # the model read the window
+    assert counted(patient)["small edits"] == 2
 
 
 def a_slow_first_answer(gateway: GatewayProcess, question: str, system: str) -> str:

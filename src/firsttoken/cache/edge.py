@@ -11,7 +11,9 @@ A cache must never make a request fail: a stored answer that cannot be replayed 
 dropped, counted, and the request goes upstream as a miss.
 
 A prompt asked again in the same words but for a greeting, a courtesy or its closing punctuation (a near
-copy: near_copies.py) is found by a hash, before the request leaves. A miss never waits for the semantic
+copy: near_copies.py) is found by a hash, before the request leaves; a long one with a few words changed (a
+small edit: small_edits.py) is judged by what changed, in the racing lookup below, in a millisecond or
+two for a filler and a few dozen tokens' model call otherwise. A miss never waits for the semantic
 lookup longer than its head start (`semantic_wait_ms`). A prompt is
 embedded only where a stored one could match it: a context nobody has had before, or a request that may
 not be served from the cache, costs no embedding at all, and a kept prompt is embedded when the next
@@ -37,6 +39,7 @@ from firsttoken.cache.key import Keys, exact_key, request_keys
 from firsttoken.cache.near_copies import NearCopies
 from firsttoken.cache.redis_store import RedisStore
 from firsttoken.cache.replay import ReplayError, replay
+from firsttoken.cache.small_edits import Edit, SmallEdits
 from firsttoken.cache.stores import MemoryStore, SqliteStore, Store
 from firsttoken.cache.unembedded import Unembedded, UnembeddedPrompts
 from firsttoken.config import Cache
@@ -84,8 +87,10 @@ class EdgeCache:
         self.settings = settings
         self.store = open_store(settings)
         self.semantic: SemanticIndex | None = None  # loaded by start(), when configured
-        self.near = NearCopies(settings.max_prompts)  # used along with the semantic index
-        self.near_hits = 0
+        # Used along with the semantic index: kept prompts asked again with (almost) nothing changed.
+        self.near = NearCopies(settings.max_prompts)
+        self.edits = SmallEdits(settings.max_prompts)
+        self.near_hits = self.edit_hits = 0
         self.encoder: Encoder | InlineEncoder | None = None
         self._following: asyncio.Task[None] | None = None
         self.unembedded = UnembeddedPrompts()
@@ -110,7 +115,7 @@ class EdgeCache:
         prompts = await self.store.prompts(time.time())
         await asyncio.to_thread(index.restore, [p for p in prompts if p.vector])
         for prompt in prompts:
-            self.near.add(prompt.scope, prompt.text, prompt.ref)
+            self._known(prompt.scope, prompt.text, prompt.ref)
         self._hold([Unembedded(p.ref, p.scope, p.text) for p in prompts if not p.vector and p.ref not in index])
         encoder = (InlineEncoder(index.vectors) if getattr(index.embedder, "inline", False)
                    else Encoder(index.vectors, max(self.settings.semantic_wait_ms / 1000, RACE_LIMIT_S)))
@@ -124,7 +129,7 @@ class EdgeCache:
         async for prompt in prompts:
             if prompt.ref in index:  # this gateway's own are in already
                 continue
-            self.near.add(prompt.scope, prompt.text, prompt.ref)
+            self._known(prompt.scope, prompt.text, prompt.ref)
             if prompt.vector:  # embedded by whichever gateway looked it up first
                 self.unembedded.discard(prompt.ref)
                 index.restore([prompt])
@@ -200,7 +205,8 @@ class EdgeCache:
         assert self.encoder is not None
         head_start = self.settings.semantic_wait_ms / 1000
         within_s = max(head_start, RACE_LIMIT_S if first_token_s is None else min(RACE_LIMIT_S, first_token_s))
-        if not self.encoder.fits([prompt.text], within_s):  # decided now: no race, no task, nothing taken
+        edited = self.edits.holds(prompt.scope, prompt.text)  # it may be judged without the full model call
+        if not edited and not self.encoder.fits([prompt.text], within_s):  # decided now: no race, nothing taken
             return
         if head_start <= 0 and not isinstance(self.encoder, InlineEncoder):
             lookup.racing = lambda: self._semantic(lookup, prompt, within_s)
@@ -225,6 +231,9 @@ class EdgeCache:
         """A paraphrase's stored answer, when the guards agree. In a scope the index does not hold yet, the
         prompts kept without a vector are embedded in the same model call as this one's."""
         assert self.semantic is not None and self.encoder is not None
+        edit = self.edits.find(prompt.scope, prompt.text)
+        if edit is not None and await self._small_edit(lookup, edit, within_s) is not None:
+            return  # decided by what changed
         stored = self._along(prompt, within_s)
         try:
             vectors = await self.encoder.encode([prompt.text, *(p.text for p in stored)], within_s)
@@ -258,6 +267,30 @@ class EdgeCache:
             self._forget(found.ref)
             return
         lookup.hit, lookup.hit_key, lookup.similarity = entry, found.ref, found.similarity
+
+    async def _small_edit(self, lookup: Lookup, edit: Edit, within_s: float | None) -> bool | None:
+        """The kept prompt's answer, when every change from it passes the guards and, unless only fillers
+        changed, the model finds each change's window as near as the threshold asks of a paraphrase. False
+        when a guard refuses a change (a different question: the full lookup would meet the same prompt);
+        None when the model finds a window farther (a paraphrase in other words: the full lookup judges it)."""
+        assert self.semantic is not None and self.encoder is not None
+        if edit.refused():
+            return False
+        similarity = 1.0
+        if not edit.fillers_only:
+            vectors = await self.encoder.encode(edit.texts(), within_s)
+            if vectors is None:
+                return False  # the model is too far behind for the windows: for the whole prompt too
+            similarity = edit.similarity(vectors)
+            if similarity < self.semantic.threshold:
+                return None
+        entry = await self.store.get(edit.ref, time.time())
+        if entry is None:  # evicted or expired since
+            self._forget(edit.ref)
+            return False
+        lookup.hit, lookup.hit_key, lookup.similarity = entry, edit.ref, similarity
+        self.edit_hits += 1
+        return True
 
     def _along(self, prompt: Prompt, within_s: float | None) -> list[Unembedded]:
         """The kept prompts of `prompt`'s scope still without a vector that go in its lookup's model call:
@@ -332,7 +365,7 @@ class EdgeCache:
         if self.encoder is None or prompt is None:
             self.store.put(lookup.key, entry)
             return
-        self.near.add(prompt.scope, prompt.text, lookup.key)
+        self._known(prompt.scope, prompt.text, lookup.key)
         if prompt.vector is not None:
             self._index(lookup.key, entry, prompt.scope, prompt.text, prompt.vector)
             return
@@ -341,9 +374,15 @@ class EdgeCache:
         self.store.put(lookup.key, entry, PromptRecord(lookup.key, prompt.scope, prompt.text, b"", entry.expires))
         self.unembedded.add(Unembedded(lookup.key, prompt.scope, prompt.text))
 
+    def _known(self, scope: str, text: str, ref: str) -> None:
+        """A kept prompt, for the lookups that need no embedding of it."""
+        self.near.add(scope, text, ref)
+        self.edits.add(scope, text, ref)
+
     def _forget(self, ref: str) -> None:
         """A prompt whose answer is gone."""
         self.near.remove(ref)
+        self.edits.remove(ref)
         if self.semantic is not None:
             self.semantic.remove(ref)
 

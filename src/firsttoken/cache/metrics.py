@@ -1,7 +1,7 @@
 """The edge cache's own counters for GET /metrics, read when asked: answers it would not keep, by why,
 stored answers it dropped because they could not be replayed, what the embedding worker did (batches,
 prompts, lookups skipped because it was too far behind), how the lookups that raced the upstream ended,
-and the hits that were near copies."""
+and the hits that were near copies or small edits."""
 
 from __future__ import annotations
 
@@ -54,4 +54,7 @@ class CacheCollector(Collector):
                                        "same words but for a greeting, a courtesy or closing punctuation, found "
                                        "without an embedding.")
             near.add_metric([], cache.near_hits)
-            yield from (skipped, batches, encoded, waiting, races, near)
+            edits = CounterMetricFamily("firsttoken_semantic_small_edits", "Semantic hits that were small edits of a "
+                                        "kept long prompt, judged by what changed (cache/small_edits.py).")
+            edits.add_metric([], cache.edit_hits)
+            yield from (skipped, batches, encoded, waiting, races, near, edits)
