@@ -153,6 +153,23 @@ def test_a_long_prompt_with_a_filler_added_is_served_without_the_model(patient, 
     assert counted(patient)["small edits"] == 2
 
 
+def test_a_prompt_longer_than_the_model_reads_is_judged_only_by_what_changed(patient, upstream) -> None:
+    """Its vector would say nothing of what follows its start: it is never embedded, and a small edit of it is
+    still served."""
+    system = conversation()
+    long_notes = f"{NOTES} {NOTES.replace('Note', 'Entry')}"  # 2 000 characters: the model reads 1 200
+    question = f"{long_notes} Which shipments arrived late?"
+    _, _, answer = ask(patient, question, system)
+    held = patient.workdir / HELD
+    held.touch()  # a model call would hold the request for the test's patience
+    state, _, again = ask(patient, question.replace("arrived late", "really arrived late"), system)
+    assert (state, again) == ("semantic-hit; similarity=1.000", answer)
+    other = question.replace("on time", "late")  # changed in 24 places: more than a small edit
+    assert ask(patient, other, system)[0] == "miss"  # and no lookup beyond it
+    assert counted(patient)["request"] == counted(patient)["kept"] == 0
+    held.unlink()
+
+
 def a_slow_first_answer(gateway: GatewayProcess, question: str, system: str) -> str:
     """The first question of a conversation, asked of the held upstream (model "slow") and held at least
     HOLD_S, so that the gateway expects that upstream to take that long: a lookup that could not end before

@@ -116,9 +116,10 @@ class EdgeCache:
         await asyncio.to_thread(index.restore, [p for p in prompts if p.vector])
         for prompt in prompts:
             self._known(prompt.scope, prompt.text, prompt.ref)
-        self._hold([Unembedded(p.ref, p.scope, p.text) for p in prompts if not p.vector and p.ref not in index])
         encoder = (InlineEncoder(index.vectors) if getattr(index.embedder, "inline", False)
                    else Encoder(index.vectors, max(self.settings.semantic_wait_ms / 1000, RACE_LIMIT_S)))
+        self._hold([Unembedded(p.ref, p.scope, p.text) for p in prompts
+                    if not p.vector and p.ref not in index and _read_whole(encoder, p.text)])
         await encoder.warm()  # before the gateway says it is ready
         self.encoder, self.semantic = encoder, index
         follow = getattr(self.store, "follow", None)
@@ -133,7 +134,7 @@ class EdgeCache:
             if prompt.vector:  # embedded by whichever gateway looked it up first
                 self.unembedded.discard(prompt.ref)
                 index.restore([prompt])
-            else:
+            elif self.encoder is not None and _read_whole(self.encoder, prompt.text):
                 self.unembedded.add(Unembedded(prompt.ref, prompt.scope, prompt.text))
 
     def _load_semantic(self) -> SemanticIndex:
@@ -166,7 +167,8 @@ class EdgeCache:
             scope = lookup.prompt.scope
             if hit is None and read:
                 await self._near_copy(lookup, lookup.prompt)
-            if lookup.hit is None and read and (self.semantic.holds(scope) or self.unembedded.holds(scope)):
+            if lookup.hit is None and read and (self.semantic.holds(scope) or self.unembedded.holds(scope)
+                                                 or self.edits.holds(scope, keys.text)):
                 await self._look(lookup, lookup.prompt, first_token_s)
         return lookup
 
@@ -206,7 +208,8 @@ class EdgeCache:
         head_start = self.settings.semantic_wait_ms / 1000
         within_s = max(head_start, RACE_LIMIT_S if first_token_s is None else min(RACE_LIMIT_S, first_token_s))
         edited = self.edits.holds(prompt.scope, prompt.text)  # it may be judged without the full model call
-        if not edited and not self.encoder.fits([prompt.text], within_s):  # decided now: no race, nothing taken
+        whole = _read_whole(self.encoder, prompt.text)
+        if not edited and not (whole and self.encoder.fits([prompt.text], within_s)):  # decided now: nothing taken
             return
         if head_start <= 0 and not isinstance(self.encoder, InlineEncoder):
             lookup.racing = lambda: self._semantic(lookup, prompt, within_s)
@@ -228,12 +231,16 @@ class EdgeCache:
             lookup.hit = lookup.hit_key = lookup.similarity = None
 
     async def _paraphrase(self, lookup: Lookup, prompt: Prompt, within_s: float | None) -> None:
-        """A paraphrase's stored answer, when the guards agree. In a scope the index does not hold yet, the
-        prompts kept without a vector are embedded in the same model call as this one's."""
+        """A paraphrase's stored answer, when the guards agree: a small edit of a kept long prompt, judged by
+        what changed; else, for a prompt the model reads whole, the nearest in the index. In a scope the
+        index does not hold yet, the prompts kept without a vector are embedded in the same model call as
+        this one's."""
         assert self.semantic is not None and self.encoder is not None
         edit = self.edits.find(prompt.scope, prompt.text)
         if edit is not None and await self._small_edit(lookup, edit, within_s) is not None:
             return  # decided by what changed
+        if not _read_whole(self.encoder, prompt.text):  # the model would read its start only: no judge of it
+            return
         stored = self._along(prompt, within_s)
         try:
             vectors = await self.encoder.encode([prompt.text, *(p.text for p in stored)], within_s)
@@ -370,9 +377,11 @@ class EdgeCache:
             self._index(lookup.key, entry, prompt.scope, prompt.text, prompt.vector)
             return
         # Kept without a vector (in the store too: after a restart, and by every gateway sharing it, the
-        # prompt is known), embedded when a lookup in its context first needs it.
+        # prompt is known), embedded when a lookup in its context first needs it; never, when it is longer
+        # than the model reads (small edits of it are found without).
         self.store.put(lookup.key, entry, PromptRecord(lookup.key, prompt.scope, prompt.text, b"", entry.expires))
-        self.unembedded.add(Unembedded(lookup.key, prompt.scope, prompt.text))
+        if _read_whole(self.encoder, prompt.text):
+            self.unembedded.add(Unembedded(lookup.key, prompt.scope, prompt.text))
 
     def _known(self, scope: str, text: str, ref: str) -> None:
         """A kept prompt, for the lookups that need no embedding of it."""
@@ -401,6 +410,12 @@ class EdgeCache:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._following
         await self.store.close()
+
+
+def _read_whole(encoder: Encoder | InlineEncoder, text: str) -> bool:
+    """Whether the embedding model reads the whole of a prompt: a longer one is judged only as a small edit
+    of a kept one (small_edits.py), since its vector would say nothing of what follows its start."""
+    return encoder.reads_chars is None or len(text) <= encoder.reads_chars
 
 
 def open_store(settings: Cache) -> Store:

@@ -51,6 +51,8 @@ Embed = Callable[[list[str]], np.ndarray]
 class InlineEncoder:
     """A static embedding's: computed where it is asked for."""
 
+    reads_chars: int | None = None  # it reads a prompt whole (a static embedding: its head and tail, 2 000)
+
     def __init__(self, embed: Embed) -> None:
         self._embed = embed
         self.skipped = 0  # never: nothing queues
@@ -76,6 +78,8 @@ class InlineEncoder:
 
 class Encoder:
     """A network's: one worker thread, in batches."""
+
+    reads_chars: int | None = READ_CHARS  # of a longer prompt its vector says nothing beyond the start
 
     def __init__(self, embed: Embed, max_wait_s: float) -> None:
         self._embed = embed
