@@ -13,7 +13,8 @@ dropped, counted, and the request goes upstream as a miss.
 A prompt asked again in the same words but for a greeting, a courtesy or its closing punctuation (a near
 copy: near_copies.py) is found by a hash, before the request leaves; a long one with a few words changed (a
 small edit: small_edits.py) is judged by what changed, in the racing lookup below, in a millisecond or
-two for a filler and a few dozen tokens' model call otherwise. A miss never waits for the semantic
+two for a filler and a few dozen tokens' model call otherwise; one longer than the model reads is judged
+that way only, and never embedded. A miss never waits for the semantic
 lookup longer than its head start (`semantic_wait_ms`). A prompt is
 embedded only where a stored one could match it: a context nobody has had before, or a request that may
 not be served from the cache, costs no embedding at all, and a kept prompt is embedded when the next
