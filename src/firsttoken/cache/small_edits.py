@@ -10,7 +10,8 @@ guards (a number, a negation, a swapped detail…), and, unless every changed wo
 for this (more than a tenth of the words, or more than a few places) leaves the prompt to the full lookup.
 
 The sketch: a prompt's words are cut into chunks where a word's hash says so (content-defined: an edit
-moves only the chunk it falls in), and the prompt is known by its few smallest chunk hashes (a bottom-k
+moves only the chunk it falls in; a chunk ends after 24 words all the same), and the prompt is known by
+its few smallest chunk hashes (a bottom-k
 sketch: two texts that share most chunks share most of these). Only a prompt's first and last 200 words
 are sketched: 0.1 ms at any length, where the whole of 2 000 words took 0.6, and 32 misses arriving
 together queued 20 ms behind each other's sketches (bench/gateway_phase.py, c = 32: p99 35–50 ms).
@@ -31,7 +32,8 @@ LONG_WORDS = 100  # shorter prompts are read whole by the model, in 40 ms or les
 SKETCH = 8  # chunk hashes a prompt is known by
 ANCHOR = 8  # a chunk ends at a word whose hash is a multiple of this: eight words a chunk, on average
 SKETCHED = 200  # words at each end
-SHARED = 5  # of SKETCH: a kept prompt sharing fewer is not compared
+SHARED = 5 / 8  # of the sketch (SKETCH, or fewer chunks): a kept prompt sharing fewer is not compared
+LONGEST_CHUNK = 24  # words: a text with few anchor words (a repetitive one) is still cut into several
 MOST_CHANGED = 0.1  # of the longer prompt's words
 MOST_PLACES = 3
 AROUND = 6  # words either side of a change, in the window it is judged in
@@ -112,12 +114,13 @@ class SmallEdits:
         if len(words) < LONG_WORDS:
             return None
         shared: Counter[str] = Counter()
-        for mark in sketch(words):
+        marks = sketch(words)
+        for mark in marks:
             shared.update(self._postings.get((scope, mark), {}).keys())
         if not shared:
             return None
         ref, count = shared.most_common(1)[0]
-        if count < SHARED:
+        if count < SHARED * min(len(marks), len(self._prompts[ref][2])):
             return None
         return compare(ref, words, self._prompts[ref][1].split())
 
@@ -135,7 +138,7 @@ def sketch(words: list[str]) -> tuple[int, ...]:
     chunks: list[int] = []
     start = 0
     for i, word in enumerate(words):
-        if hash(word) % ANCHOR == 0:
+        if hash(word) % ANCHOR == 0 or i - start + 1 == LONGEST_CHUNK:
             chunks.append(hash(tuple(words[start:i + 1])))
             start = i + 1
     if start < len(words):
