@@ -114,9 +114,7 @@ class EdgeCache:
             log.warning("semantic caching is off: %s", exc)
             return
         prompts = await self.store.prompts(time.time())
-        await asyncio.to_thread(index.restore, [p for p in prompts if p.vector])
-        for prompt in prompts:
-            self._known(prompt.scope, prompt.text, prompt.ref)
+        await asyncio.to_thread(self._restore, index, prompts)
         encoder = (InlineEncoder(index.vectors) if getattr(index.embedder, "inline", False)
                    else Encoder(index.vectors, max(self.settings.semantic_wait_ms / 1000, RACE_LIMIT_S)))
         self._hold([Unembedded(p.ref, p.scope, p.text) for p in prompts
@@ -126,6 +124,13 @@ class EdgeCache:
         follow = getattr(self.store, "follow", None)
         if follow is not None:
             self._following = asyncio.get_running_loop().create_task(self._follow(index, follow()))
+
+    def _restore(self, index: SemanticIndex, prompts: list[PromptRecord]) -> None:
+        """What the store kept, known again: off the loop (100 000 long prompts' sketches take seconds), and
+        before any lookup can read what it fills."""
+        index.restore([p for p in prompts if p.vector])
+        for prompt in prompts:
+            self._known(prompt.scope, prompt.text, prompt.ref)
 
     async def _follow(self, index: SemanticIndex, prompts: AsyncIterator[PromptRecord]) -> None:
         async for prompt in prompts:
@@ -165,11 +170,9 @@ class EdgeCache:
         if keys.scope is not None and keys.text is not None and self.semantic is not None:
             # The embedding model is part of the scope: vectors of two models never meet, in a store they share.
             lookup.prompt = Prompt(f"{self.settings.embedding}:{keys.scope}", keys.text)
-            scope = lookup.prompt.scope
             if hit is None and read:
                 await self._near_copy(lookup, lookup.prompt)
-            if lookup.hit is None and read and (self.semantic.holds(scope) or self.unembedded.holds(scope)
-                                                 or self.edits.holds(scope, keys.text)):
+            if lookup.hit is None and read:
                 await self._look(lookup, lookup.prompt, first_token_s)
         return lookup
 
@@ -203,12 +206,15 @@ class EdgeCache:
         """The semantic lookup, for as long as its head start; then, still running, it races the upstream. A
         lookup that could end neither within its head start nor before the upstream's usual first token is
         not started: it could not win, and under load a worker busy with such lookups takes the CPU that
-        the requests need (an upstream that answers within a millisecond is never raced at all)."""
+        the requests need (an upstream that answers within a millisecond is never raced at all). None is
+        looked for where no kept prompt of its context could match it."""
+        assert self.semantic is not None and self.encoder is not None
+        edited = self.edits.holds(prompt.scope, prompt.text)  # it may be judged without the full model call
+        if not (edited or self.semantic.holds(prompt.scope) or self.unembedded.holds(prompt.scope)):
+            return
         self.races.earn()
-        assert self.encoder is not None
         head_start = self.settings.semantic_wait_ms / 1000
         within_s = max(head_start, RACE_LIMIT_S if first_token_s is None else min(RACE_LIMIT_S, first_token_s))
-        edited = self.edits.holds(prompt.scope, prompt.text)  # it may be judged without the full model call
         whole = _read_whole(self.encoder, prompt.text)
         if not edited and not (whole and self.encoder.fits([prompt.text], within_s)):  # decided now: nothing taken
             return
